@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Bootstrap a Debian 12 machine for gen_durable: install the build/test
+# dependencies (as root, only when something is missing), then build and
+# install the extension against PostgreSQL 15.
+#
+#   bash test/scripts/bootstrap.sh      deps + build + install
+#   source test/scripts/bootstrap.sh    only defines the helpers below and puts
+#                                       PG 15's bindir first on PATH; the caller
+#                                       runs gd_bootstrap_deps / gd_build_install
+#
+# Helpers for the other scripts: gd_as_pg (run a command as the postgres OS
+# user, since initdb refuses root), gd_free_port, gd_log.
+
+set -euo pipefail
+
+GD_PG_MAJOR=15
+GD_PG_BINDIR=/usr/lib/postgresql/$GD_PG_MAJOR/bin
+GD_PG_CONFIG=$GD_PG_BINDIR/pg_config
+GD_PGXS_DIR=/usr/lib/postgresql/$GD_PG_MAJOR/lib/pgxs
+GD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# Debian's /usr/bin/pg_config may belong to another major: make sure every
+# pg_config/initdb/psql/prove helper we run is PG 15's.
+case ":$PATH:" in
+    *":$GD_PG_BINDIR:"*) ;;
+    *) export PATH="$GD_PG_BINDIR:$PATH" ;;
+esac
+
+gd_log() { printf '==> %s\n' "$*"; }
+
+# Packages the build and the three test suites need.
+GD_PACKAGES=(
+    postgresql-15             # server, initdb, pg_ctl (pulls postgresql-common: the postgres user)
+    postgresql-client-15      # psql, createdb
+    postgresql-server-dev-15  # pg_config, PGXS, pg_regress, pg_isolation_regress, TAP modules
+    libboost-dev
+    g++
+    make
+    perl                      # prove / TAP::Harness
+    libipc-run-perl           # PostgreSQL::Test::Utils needs IPC::Run
+    util-linux                # runuser
+    iproute2                  # ss, to pick free ports
+)
+
+gd_missing_packages() {
+    local p
+    for p in "${GD_PACKAGES[@]}"; do
+        if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+            echo "$p"
+        fi
+    done
+}
+
+# Install whatever is missing; silent when everything is already there.
+gd_bootstrap_deps() {
+    local missing
+    missing=$(gd_missing_packages | tr '\n' ' ')
+    if [[ -n "${missing// }" ]]; then
+        if [[ $EUID -ne 0 ]]; then
+            echo "bootstrap: missing packages ($missing) and not root: install them first" >&2
+            return 1
+        fi
+        gd_log "installing: $missing"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        # shellcheck disable=SC2086
+        apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    fi
+    # postgresql-common creates it; be robust on a machine where it was removed.
+    if ! id postgres >/dev/null 2>&1; then
+        if [[ $EUID -ne 0 ]]; then
+            echo "bootstrap: no 'postgres' OS user and not root" >&2
+            return 1
+        fi
+        gd_log "creating OS user postgres"
+        useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash postgres
+    fi
+    [[ -x $GD_PG_CONFIG ]] || { echo "bootstrap: $GD_PG_CONFIG not found" >&2; return 1; }
+}
+
+# Build (must be warning-free: -Werror, and we also reject linker/other
+# warnings) and install. The full make output goes to the log file named in
+# $1 (default: a temp file), and is printed only when something is wrong.
+gd_build_install() {
+    local log=${1:-$(mktemp /tmp/gd_build.XXXXXX.log)}
+    local mk=(make -C "$GD_ROOT" --no-print-directory PG_CONFIG="$GD_PG_CONFIG")
+    # Called from `make check`: do not inherit the outer make's flags/jobserver.
+    unset MAKEFLAGS MFLAGS MAKELEVEL
+    gd_log "building gen_durable (make -j2, PG_CONFIG=$GD_PG_CONFIG)"
+    if ! "${mk[@]}" -j2 >"$log" 2>&1; then
+        echo "build FAILED; make output:" >&2
+        tail -c 20000 "$log" >&2
+        return 1
+    fi
+    if grep -qi 'warning:' "$log"; then
+        echo "build produced warnings (treated as failure):" >&2
+        grep -i -B2 -A4 'warning:' "$log" | head -c 20000 >&2
+        return 1
+    fi
+    if ! "${mk[@]}" install >>"$log" 2>&1; then
+        echo "make install FAILED:" >&2
+        tail -c 20000 "$log" >&2
+        return 1
+    fi
+    gd_log "built and installed into $("$GD_PG_CONFIG" --pkglibdir)"
+}
+
+# Run a command as the postgres OS user (initdb refuses root). When we are not
+# root, we simply run it as ourselves. HOME points at a dir postgres can use.
+gd_as_pg() {
+    if [[ $EUID -eq 0 ]]; then
+        runuser -u postgres -- env HOME="${GD_PG_HOME:-/tmp}" "$@"
+    else
+        "$@"
+    fi
+}
+
+# A TCP port nobody listens on, also without a leftover socket in /tmp.
+# (Servers here listen on private unix-socket dirs, so this is belt and braces.)
+gd_free_port() {
+    local base=${1:-5470} p
+    for ((p = base; p < base + 200; p++)); do
+        if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q . &&
+            [[ ! -e /tmp/.s.PGSQL.$p && ! -e /var/run/postgresql/.s.PGSQL.$p ]]; then
+            echo "$p"
+            return 0
+        fi
+    done
+    echo "no free port in $base..$((base + 199))" >&2
+    return 1
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    gd_bootstrap_deps
+    gd_build_install
+fi

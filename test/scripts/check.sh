@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# `make check`: bootstrap the machine, build + install gen_durable, then run
+# every test suite against throwaway PostgreSQL 15 instances:
+#
+#   pg_regress            test/sql/NNN_name.sql   vs expected/NNN_name.out
+#   pg_isolation_regress  test/specs/name.spec    vs expected/name.out
+#   TAP (prove)           test/t/*.pl             PostgreSQL::Test::Cluster
+#
+# Counting: each pg_regress test and each isolation spec is 1 result (ok or
+# failed); each TAP assertion is 1 result (a TAP file that dies or exits badly
+# adds 1 failure). A failed build counts as 1 failure. The last line printed
+# is always exactly "N passed, M failed"; the exit code is non-zero if M > 0.
+#
+# Conventions for test authors:
+#  - the regress database is gd_regress, shared by all test/sql files, which
+#    run in sorted order: each file does its own CREATE EXTENSION (and cleans
+#    up after itself so the next file can do the same).
+#  - isolation specs run in "isolation_regression"; create the extension in
+#    the spec's setup.
+#  - TAP tests configure their own nodes (shared_preload_libraries etc.).
+#
+# Env knobs: GD_KEEP_WORK=1 keeps the scratch dir even on success;
+# GD_SUITE_TIMEOUT (seconds per suite, default 180).
+set -euo pipefail
+
+# shellcheck source=bootstrap.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
+ROOT=$GD_ROOT
+PGXS=$GD_PGXS_DIR
+SUITE_TIMEOUT=${GD_SUITE_TIMEOUT:-180}
+DIFF_LIMIT=20000
+
+PASSED=0
+FAILED=0
+WORK=""
+
+# Stop any postmaster we started that is still around (suite killed by the
+# timeout, or the script interrupted). Silent: nothing may follow the summary.
+stop_leftover_servers() {
+    [[ -n $WORK && -d $WORK ]] || return 0
+    local pidfile
+    while IFS= read -r pidfile; do
+        gd_as_pg "$GD_PG_BINDIR/pg_ctl" stop -D "$(dirname "$pidfile")" -m immediate >/dev/null 2>&1 || true
+    done < <(find "$WORK" -name postmaster.pid 2>/dev/null)
+}
+trap stop_leftover_servers EXIT
+
+summary_and_exit() {
+    stop_leftover_servers
+    if [[ -n $WORK && -d $WORK ]]; then
+        if [[ $FAILED -eq 0 && -z ${GD_KEEP_WORK:-} ]]; then
+            rm -rf "$WORK"
+        else
+            echo "(test outputs and server logs kept in $WORK)"
+        fi
+    fi
+    echo "$PASSED passed, $FAILED failed"
+    exit $((FAILED > 0 ? 1 : 0))
+}
+
+section() { printf '\n======== %s ========\n' "$*"; }
+
+# Print the tail of a server log, if it exists.
+show_log_tail() {
+    local f=$1
+    [[ -f $f ]] || return 0
+    echo "---- tail of $f ----"
+    tail -n 60 "$f"
+}
+
+# ---------------------------------------------------------------- bootstrap
+if ! gd_bootstrap_deps; then
+    FAILED=$((FAILED + 1))
+    summary_and_exit
+fi
+
+WORK=$(mktemp -d /tmp/gd_check.XXXXXX)
+# postgres needs to traverse and write the scratch dir, never the checkout.
+chmod 755 "$WORK"
+
+if ! gd_build_install "$WORK/build.log"; then
+    FAILED=$((FAILED + 1))
+    summary_and_exit
+fi
+
+# --------------------------------------------------- scratch copy of the tests
+# The checkout may live in a root-only directory: copy what postgres needs.
+mkdir -p "$WORK"/{sql,expected,specs,t,tap}
+shopt -s nullglob
+sql_files=("$ROOT"/test/sql/*.sql)
+spec_files=("$ROOT"/test/specs/*.spec)
+tap_files=("$ROOT"/test/t/*.pl)
+exp_files=("$ROOT"/expected/*.out)
+shopt -u nullglob
+((${#sql_files[@]})) && cp "${sql_files[@]}" "$WORK/sql/"
+((${#spec_files[@]})) && cp "${spec_files[@]}" "$WORK/specs/"
+((${#tap_files[@]})) && cp "${tap_files[@]}" "$WORK/t/"
+((${#exp_files[@]})) && cp "${exp_files[@]}" "$WORK/expected/"
+cp "$ROOT/test/pg_test.conf" "$WORK/pg_test.conf"
+# Isolation: same settings, with the overrides of pg_test_isolation.conf last
+# (in postgresql.conf the last occurrence of a setting wins).
+cat "$ROOT/test/pg_test.conf" "$ROOT/test/pg_test_isolation.conf" >"$WORK/pg_test_isolation.conf"
+cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
+chown -R postgres: "$WORK"
+export GD_PG_HOME=$WORK
+cd "$WORK"   # postgres inherits the cwd: it must be one it can enter
+
+# Names (file basename without extension) in sorted order; a test without an
+# expected output counts as failed and is not handed to pg_regress (which
+# would abort the whole suite on the missing file).
+test_names() { # ext files...
+    local ext=$1 f
+    shift
+    for f in "$@"; do basename "$f" ".$ext"; done | LC_ALL=C sort
+}
+
+# Run one pg_regress-style suite and count its results.
+#   $1 label  $2 driver binary  $3 temp-config  $4 out dir  $5 temp instance
+#   $6.. extra driver args, then "--", then test names
+run_regress_suite() {
+    local label=$1 driver=$2 conf=$3 outdir=$4 inst=$5
+    shift 5
+    local extra=()
+    while [[ $1 != -- ]]; do extra+=("$1"); shift; done
+    shift
+    local names=() name port rc
+
+    for name in "$@"; do
+        if [[ -f $WORK/expected/$name.out ]]; then
+            names+=("$name")
+        else
+            echo "test $name ... FAILED (no expected/$name.out in the repository)"
+            FAILED=$((FAILED + 1))
+        fi
+    done
+    ((${#names[@]})) || return 0
+
+    port=$(gd_free_port 5470)
+    set +e
+    gd_as_pg timeout --kill-after=15 "$SUITE_TIMEOUT" "$driver" \
+        --temp-instance="$inst" --temp-config="$conf" \
+        --inputdir="$WORK" --outputdir="$outdir" \
+        --bindir="$GD_PG_BINDIR" --port="$port" \
+        --no-locale --encoding=UTF8 "${extra[@]}" "${names[@]}" 2>&1 |
+        tee "$WORK/$label.out"
+    rc=${PIPESTATUS[0]}
+    set -e
+    if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+        echo "$label: suite TIMED OUT after ${SUITE_TIMEOUT}s"
+        stop_leftover_servers   # the killed driver could not stop its postmaster
+    fi
+
+    local ok=0 bad=0
+    for name in "${names[@]}"; do
+        # pg_regress prints "test NAME   ... ok   12 ms" (or FAILED / failed (ignored))
+        if grep -Eq "^(test)? +$name +\.\.\. +ok( |$)" "$WORK/$label.out"; then
+            ok=$((ok + 1))
+        else
+            bad=$((bad + 1))
+        fi
+    done
+    PASSED=$((PASSED + ok))
+    FAILED=$((FAILED + bad))
+    echo "$label: $ok passed, $bad failed"
+
+    if ((bad > 0)) || [[ $rc -ne 0 ]]; then
+        if [[ -s $outdir/regression.diffs ]]; then
+            echo "---- $outdir/regression.diffs (first $DIFF_LIMIT bytes) ----"
+            head -c "$DIFF_LIMIT" "$outdir/regression.diffs"
+            echo
+        fi
+        # initdb's log only matters when the server never came up.
+        [[ -f $outdir/log/postmaster.log ]] || show_log_tail "$outdir/log/initdb.log"
+        show_log_tail "$outdir/log/postmaster.log"
+    fi
+}
+
+# ------------------------------------------------------------------ pg_regress
+section "pg_regress (test/sql)"
+mapfile -t regress_names < <(test_names sql "${sql_files[@]}")
+if ((${#regress_names[@]})); then
+    run_regress_suite regress "$PGXS/src/test/regress/pg_regress" \
+        "$WORK/pg_test.conf" "$WORK/out" "$WORK/tmp_check" \
+        --dbname=gd_regress -- "${regress_names[@]}"
+else
+    echo "no test/sql/*.sql: skipped"
+fi
+
+# ------------------------------------------------------------------- isolation
+section "isolation (test/specs)"
+mapfile -t iso_names < <(test_names spec "${spec_files[@]}")
+if ((${#iso_names[@]})); then
+    # Database name is pg_isolation_regress's default, "isolation_regression".
+    run_regress_suite isolation "$PGXS/src/test/isolation/pg_isolation_regress" \
+        "$WORK/pg_test_isolation.conf" "$WORK/out_iso" "$WORK/tmp_check_iso" \
+        -- "${iso_names[@]}"
+else
+    echo "no test/specs/*.spec: skipped"
+fi
+
+# ------------------------------------------------------------------------- TAP
+section "TAP (test/t)"
+if ((${#tap_files[@]})); then
+    mapfile -t tap_rel < <(for f in "${tap_files[@]}"; do echo "t/$(basename "$f")"; done | LC_ALL=C sort)
+    port=$(gd_free_port 5570)
+    # The environment Makefile.global's prove_installcheck sets for a PGXS
+    # build: TESTDIR (tmp_check/ and logs go under it), bindir first on PATH
+    # (Cluster.pm runs initdb/pg_ctl/pg_config from PATH), PGPORT, PG_REGRESS
+    # (used for --config-auth).
+    set +e
+    gd_as_pg timeout --kill-after=15 "$SUITE_TIMEOUT" env \
+        TESTDIR="$WORK/tap" \
+        PATH="$GD_PG_BINDIR:$PATH" \
+        PGPORT="$port" \
+        PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
+        PERL5LIB="$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
+        perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${tap_rel[@]}" 2>&1
+    rc=$?
+    set -e
+    if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+        echo "TAP: suite TIMED OUT after ${SUITE_TIMEOUT}s"
+        stop_leftover_servers
+    fi
+
+    ok=0 bad=0
+    for f in "${tap_rel[@]}"; do
+        # "<passed> <failed> <file>" per file; a file missing here never finished.
+        line=$(awk -v f="$f" '$3 == f' "$WORK/tap_counts" 2>/dev/null || true)
+        if [[ -n $line ]]; then
+            read -r p q _ <<<"$line"
+        else
+            p=0 q=1
+        fi
+        ok=$((ok + p))
+        bad=$((bad + q))
+        if ((q > 0)); then
+            # Utils.pm sends everything the test prints (and the commands it
+            # runs) to regress_log_<name>; each node has its own server log.
+            stem=$(basename "$f" .pl)
+            show_log_tail "$WORK/tap/tmp_check/log/regress_log_$stem"
+            for log in "$WORK/tap/tmp_check/log/${stem}_"*.log; do
+                show_log_tail "$log"
+            done
+        fi
+    done
+    PASSED=$((PASSED + ok))
+    FAILED=$((FAILED + bad))
+    echo "TAP: $ok passed, $bad failed"
+else
+    echo "no test/t/*.pl: skipped"
+fi
+
+echo
+summary_and_exit
