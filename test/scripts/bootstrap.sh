@@ -16,6 +16,7 @@ set -euo pipefail
 GD_PG_MAJOR=15
 GD_PG_BINDIR=/usr/lib/postgresql/$GD_PG_MAJOR/bin
 GD_PG_CONFIG=$GD_PG_BINDIR/pg_config
+# shellcheck disable=SC2034 # used by check.sh
 GD_PGXS_DIR=/usr/lib/postgresql/$GD_PG_MAJOR/lib/pgxs
 GD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
@@ -39,7 +40,6 @@ GD_PACKAGES=(
     perl                      # prove / TAP::Harness
     libipc-run-perl           # PostgreSQL::Test::Utils needs IPC::Run
     util-linux                # runuser
-    iproute2                  # ss, to pick free ports
 )
 
 gd_missing_packages() {
@@ -115,12 +115,12 @@ gd_as_pg() {
     fi
 }
 
-# A TCP port nobody listens on, also without a leftover socket in /tmp.
-# (Servers here listen on private unix-socket dirs, so this is belt and braces.)
+# A port with no TCP listener on localhost and no leftover socket in /tmp.
+# (Our servers listen on private unix-socket dirs, so this is belt and braces.)
 gd_free_port() {
     local base=${1:-5470} p
     for ((p = base; p < base + 200; p++)); do
-        if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q . &&
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
             [[ ! -e /tmp/.s.PGSQL.$p && ! -e /var/run/postgresql/.s.PGSQL.$p ]]; then
             echo "$p"
             return 0
