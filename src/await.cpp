@@ -1,0 +1,83 @@
+/*
+ * await.cpp — the blocking half of gd_await.  The SQL function (in the
+ * install script) re-reads the committed row in a loop; between reads it
+ * sleeps here on its own latch, having first published the awaited instance
+ * in its await slot, so an executor that commits a change to that instance
+ * sets the latch.  Publishing before reading closes the lost-wake-up window.
+ * A registration left behind by an error is cleared at transaction end.
+ */
+#include "gen_durable.hpp"
+#include "guard.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
+}
+
+namespace {
+
+AwaitSlot *my_await_slot()
+{
+    if (gd_shared == nullptr || MyBackendId < 1 || MyBackendId > MaxBackends)
+        return nullptr;
+    return &gd_shared->await_slots[MyBackendId - 1];
+}
+
+void publish_awaited(int64 instance_id)
+{
+    AwaitSlot *slot = my_await_slot();
+    if (slot == nullptr)
+        return;
+    slot->database_oid = MyDatabaseId;
+    slot->proc = MyProc;
+    uint64 previous = pg_atomic_exchange_u64(&slot->instance_id, static_cast<uint64>(instance_id));
+    if (previous == 0 && instance_id != 0)
+        pg_atomic_fetch_add_u32(&gd_shared->awaiting_backends, 1);
+    else if (previous != 0 && instance_id == 0)
+        pg_atomic_fetch_sub_u32(&gd_shared->awaiting_backends, 1);
+}
+
+void clear_at_transaction_end(XactEvent event, void *)
+{
+    if (event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT) {
+        AwaitSlot *slot = my_await_slot();
+        if (slot != nullptr && pg_atomic_read_u64(&slot->instance_id) != 0)
+            publish_awaited(0);
+    }
+}
+
+} // namespace
+
+void gd_register_await_cleanup()
+{
+    RegisterXactCallback(clear_at_transaction_end, nullptr);
+}
+
+extern "C" {
+
+PG_FUNCTION_INFO_V1(gd_await_publish);
+PG_FUNCTION_INFO_V1(gd_await_sleep);
+
+/* gd._await_publish(id bigint): wake me when this instance changes (0: stop). */
+Datum gd_await_publish(PG_FUNCTION_ARGS)
+{
+    publish_awaited(PG_GETARG_INT64(0));
+    PG_RETURN_VOID();
+}
+
+/* gd._await_sleep(milliseconds int): sleep until woken, the time passes, or a cancel. */
+Datum gd_await_sleep(PG_FUNCTION_ARGS)
+{
+    int32 timeout_ms = PG_GETARG_INT32(0);
+    if (timeout_ms > 0) {
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+    }
+    CHECK_FOR_INTERRUPTS();
+    PG_RETURN_VOID();
+}
+}

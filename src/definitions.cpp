@@ -1,0 +1,153 @@
+/*
+ * definitions.cpp — a backend-local cache of step definitions, so the
+ * executor does no catalog look-up per step.  Any change to gd.fsms or
+ * gd.steps fires a statement trigger that invalidates the relation's relcache
+ * entry; the invalidation reaches every backend at commit and empties its
+ * cache.
+ */
+#include "executor.hpp"
+#include "guard.hpp"
+
+extern "C" {
+#include "catalog/namespace.h"
+#include "commands/trigger.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+}
+
+#include <new>
+#include <string>
+#include <unordered_map>
+
+namespace {
+
+std::unordered_map<std::string, StepDefinition> cache;
+bool invalidation_callback_registered = false;
+
+std::string cache_key(const char *fsm, int version, const char *step)
+{
+    std::string key(fsm);
+    key += '\0';
+    key += std::to_string(version);
+    key += '\0';
+    key += step;
+    return key;
+}
+
+/* The C++ halves never call PostgreSQL; they report allocation failure as false. */
+bool cached_step(const char *fsm, int version, const char *step, const StepDefinition **found) noexcept
+{
+    try {
+        auto it = cache.find(cache_key(fsm, version, step));
+        *found = it == cache.end() ? nullptr : &it->second;
+        return true;
+    } catch (const std::bad_alloc &) {
+        return false;
+    }
+}
+
+bool remember_step(const char *fsm, int version, const char *step, const StepDefinition &def,
+                   const StepDefinition **stored) noexcept
+{
+    try {
+        *stored = &(cache[cache_key(fsm, version, step)] = def);
+        return true;
+    } catch (const std::bad_alloc &) {
+        return false;
+    }
+}
+
+/* The relations whose changes empty the cache, learnt when the cache is first filled. */
+Oid fsms_relid = InvalidOid;
+Oid steps_relid = InvalidOid;
+
+void forget_on_change(Datum, Oid relid)
+{
+    if (relid == InvalidOid || relid == fsms_relid || relid == steps_relid || fsms_relid == InvalidOid) {
+        cache.clear();
+        fsms_relid = steps_relid = InvalidOid; /* the extension may have been re-created */
+    }
+}
+
+SPIPlanPtr load_plan = nullptr;
+
+bool load_step(const char *fsm, int version, const char *step, StepDefinition *def)
+{
+    if (load_plan == nullptr) {
+        Oid types[3] = {TEXTOID, INT4OID, TEXTOID};
+        load_plan = SPI_prepare("SELECT s.handler::oid, f.owner::oid, s.max_attempts,"
+                                "       (extract(epoch FROM s.backoff) * 1000000)::int8,"
+                                "       (extract(epoch FROM s.max_backoff) * 1000000)::int8,"
+                                "       coalesce(least(extract(epoch FROM s.timeout) * 1000, 2147483647), 0)::int4"
+                                "  FROM gd.steps s JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version"
+                                " WHERE s.fsm = $1 AND s.version = $2 AND s.step = $3",
+                                3, types);
+        if (load_plan == nullptr)
+            elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+        SPI_keepplan(load_plan);
+    }
+    if (fsms_relid == InvalidOid) {
+        Oid gd_namespace = get_namespace_oid("gd", false);
+        fsms_relid = get_relname_relid("fsms", gd_namespace);
+        steps_relid = get_relname_relid("steps", gd_namespace);
+    }
+    Datum args[3] = {CStringGetTextDatum(fsm), Int32GetDatum(version), CStringGetTextDatum(step)};
+    if (SPI_execute_plan(load_plan, args, nullptr, true, 1) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: loading step definition failed");
+    if (SPI_processed == 0)
+        return false;
+    HeapTuple tuple = SPI_tuptable->vals[0];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool isnull;
+    Datum handler = SPI_getbinval(tuple, desc, 1, &isnull);
+    def->handler = isnull ? InvalidOid : DatumGetObjectId(handler);
+    def->owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 2, &isnull));
+    def->max_attempts = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+    def->backoff_us = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+    def->max_backoff_us = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
+    def->timeout_ms = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+    return true;
+}
+
+[[noreturn]] void out_of_memory()
+{
+    ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("gen_durable: out of memory caching step definitions")));
+    pg_unreachable();
+}
+
+} // namespace
+
+const StepDefinition *gd_find_step(const char *fsm, int version, const char *step)
+{
+    if (!invalidation_callback_registered) {
+        CacheRegisterRelcacheCallback(forget_on_change, 0);
+        invalidation_callback_registered = true;
+    }
+    const StepDefinition *found = nullptr;
+    if (!cached_step(fsm, version, step, &found))
+        out_of_memory();
+    if (found != nullptr)
+        return found;
+    StepDefinition def{};
+    if (!load_step(fsm, version, step, &def))
+        return nullptr;
+    if (!remember_step(fsm, version, step, def, &found))
+        out_of_memory();
+    return found;
+}
+
+extern "C" {
+
+PG_FUNCTION_INFO_V1(gd_definitions_changed);
+
+/* Statement trigger on gd.fsms and gd.steps: executors drop their caches at commit. */
+Datum gd_definitions_changed(PG_FUNCTION_ARGS)
+{
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("gen_durable: gd._definitions_changed() must be called as a trigger")));
+    CacheInvalidateRelcacheByRelid(RelationGetRelid(reinterpret_cast<TriggerData *>(fcinfo->context)->tg_relation));
+    return PointerGetDatum(nullptr);
+}
+}

@@ -1,0 +1,121 @@
+/*
+ * gen_durable.hpp — declarations shared by the extension's source files:
+ * settings, the shared-memory layout and the entry points of each part.
+ */
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "utils/timestamp.h"
+}
+
+#include <string>
+#include <vector>
+
+/* ---- settings (settings.cpp) ------------------------------------------ */
+
+extern char *gd_database_setting;  /* gen_durable.database */
+extern char *gd_queues_setting;    /* gen_durable.queues */
+extern int gd_lease_ms;            /* gen_durable.lease */
+extern int gd_retention_s;         /* gen_durable.retention, seconds */
+extern int gd_poll_interval_ms;    /* gen_durable.poll_interval */
+extern int gd_batch_size;          /* gen_durable.batch_size */
+extern int gd_reaper_interval_ms;  /* gen_durable.reaper_interval */
+extern int gd_gc_interval_ms;      /* gen_durable.gc_interval */
+
+void gd_define_settings();
+
+namespace gd {
+
+struct QueueSetting {
+    std::string name;
+    int concurrency;
+};
+
+/* Parse "default:4, mail:2"; throws std::invalid_argument naming the bad entry. */
+std::vector<QueueSetting> parse_queue_list(const char *text);
+/* Parse "app, other"; throws std::invalid_argument naming the bad entry. */
+std::vector<std::string> parse_database_list(const char *text);
+
+} // namespace gd
+
+/* ---- shared memory (shmem.cpp) ------------------------------------------ */
+
+constexpr int GD_MAX_WORKERS = 128;
+
+enum class WorkerKind : int32 { free = 0, executor, reaper, gc };
+
+/*
+ * One engine worker, as the launcher planned it.  The launcher owns
+ * allocation (in_use, kind, names); the worker fills in what it learns after
+ * starting (pid, proc, database_oid) and its activity.  All fields but the
+ * atomics are protected by GdShared::lock.
+ */
+struct WorkerSlot {
+    WorkerKind kind;
+    uint32 generation;              /* bumped at each assignment; stale workers exit */
+    char database[NAMEDATALEN];
+    char queue[NAMEDATALEN];
+    int queue_index;                /* executor number within its queue */
+    Oid database_oid;               /* InvalidOid until the worker connected */
+    pid_t pid;
+    PGPROC *proc;                   /* for SetLatch; NULL when not running */
+    bool idle;                      /* sleeping, waiting for work */
+    pg_atomic_uint64 current_instance; /* 0 when none */
+    pg_atomic_uint64 since;         /* TimestampTz of the current activity */
+};
+
+/* A backend blocked in gd_await, indexed by backend id. */
+struct AwaitSlot {
+    pg_atomic_uint64 instance_id; /* 0 when not waiting */
+    Oid database_oid;
+    PGPROC *proc;
+};
+
+struct GdShared {
+    LWLock *lock;
+    pid_t launcher_pid;
+    PGPROC *launcher_proc;
+    WorkerSlot workers[GD_MAX_WORKERS];
+    pg_atomic_uint32 awaiting_backends;
+    AwaitSlot await_slots[FLEXIBLE_ARRAY_MEMBER]; /* MaxBackends entries */
+};
+
+extern GdShared *gd_shared;
+
+void gd_install_shmem_hooks();
+
+/* bgw_main_arg of an engine worker: its slot and the slot's generation. */
+Datum gd_worker_arg(int slot_index, uint32 generation);
+/*
+ * Called first thing by an engine worker: finds its slot, exits quietly if the
+ * launcher has reassigned it, and copies the database name out.  After
+ * connecting, gd_worker_attach() publishes pid and latch; they are cleared at
+ * exit.
+ */
+WorkerSlot *gd_worker_slot_for(Datum arg, char *database_out);
+void gd_worker_attach(WorkerSlot *slot);
+void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id);
+
+/* ---- wake-ups (wakeup.cpp) ---------------------------------------------- */
+
+/* At commit of the current transaction, wake executors of this queue. */
+void gd_wake_queue_at_commit(const char *queue);
+/* At commit, wake every executor of this database (e.g. CREATE EXTENSION). */
+void gd_wake_database_at_commit();
+/* Wake backends blocked in gd_await on any of these instances (after commit). */
+void gd_wake_awaiters(const int64 *ids, int count);
+void gd_register_xact_callback();
+void gd_register_await_cleanup(); /* await.cpp */
+
+/* ---- background workers ------------------------------------------------- */
+
+void gd_register_launcher();   /* launcher.cpp */
+
+extern "C" {
+PGDLLEXPORT void gd_launcher_main(Datum arg);
+PGDLLEXPORT void gd_executor_main(Datum arg);
+}

@@ -1,0 +1,299 @@
+/*
+ * launcher.cpp — the one static background worker.  It turns the settings
+ * gen_durable.database and gen_durable.queues into a plan (one executor per
+ * unit of queue concurrency, per database), starts the planned workers as
+ * dynamic background workers, stops the ones no longer planned after a
+ * reload, and restarts workers that died, backing off when one keeps dying
+ * soon after starting (a database that does not exist, say).
+ *
+ * It starts only once recovery has finished, so a hot standby runs nothing
+ * and the engine starts on promotion.  If the launcher itself dies, the
+ * postmaster restarts it; the new launcher bumps the generation of every slot
+ * and signals the old workers, which exit, and starts fresh ones.
+ */
+#include "gen_durable.hpp"
+#include "guard.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/wait_event.h"
+}
+
+#include <csignal>
+#include <vector>
+
+namespace {
+
+struct PlannedWorker {
+    WorkerKind kind;
+    char database[NAMEDATALEN];
+    char queue[NAMEDATALEN];
+    int queue_index;
+};
+
+/* What the launcher knows of a slot it assigned (process-local). */
+struct SlotControl {
+    BackgroundWorkerHandle *handle;
+    TimestampTz started_at;
+    TimestampTz restart_at; /* 0: start as soon as possible */
+    int quick_failures;
+    bool stopping;
+};
+
+constexpr long MAX_RESTART_DELAY_MS = 60 * 1000;
+constexpr long QUICK_FAILURE_MS = 10 * 1000;
+constexpr long RETRY_REGISTER_MS = 10 * 1000;
+
+/* Globals rather than locals, so no C++ destructor is skipped by a longjmp. */
+std::vector<PlannedWorker> plan;
+std::vector<bool> covered; /* per planned worker: has a slot (scratch of reconcile) */
+SlotControl control[GD_MAX_WORKERS];
+bool warned_no_bgworker_slots = false;
+bool warned_plan_too_large = false;
+
+void build_plan()
+{
+    char problem[256] = "";
+    try {
+        std::vector<PlannedWorker> next;
+        for (const std::string &database : gd::parse_database_list(gd_database_setting))
+            for (const gd::QueueSetting &queue : gd::parse_queue_list(gd_queues_setting))
+                for (int i = 0; i < queue.concurrency; i++) {
+                    PlannedWorker worker{};
+                    worker.kind = WorkerKind::executor;
+                    strlcpy(worker.database, database.c_str(), NAMEDATALEN);
+                    strlcpy(worker.queue, queue.name.c_str(), NAMEDATALEN);
+                    worker.queue_index = i;
+                    next.push_back(worker);
+                }
+        plan.swap(next);
+        return;
+    } catch (const std::exception &e) {
+        strlcpy(problem, e.what(), sizeof(problem));
+    }
+    ereport(WARNING, (errmsg("gen_durable: keeping the previous worker plan: %s", problem)));
+}
+
+bool slot_matches(const WorkerSlot &slot, const PlannedWorker &worker)
+{
+    return slot.kind == worker.kind && slot.queue_index == worker.queue_index &&
+           strcmp(slot.database, worker.database) == 0 && strcmp(slot.queue, worker.queue) == 0;
+}
+
+const char *kind_name(WorkerKind kind)
+{
+    switch (kind) {
+    case WorkerKind::executor: return "executor";
+    case WorkerKind::reaper: return "reaper";
+    case WorkerKind::gc: return "gc";
+    case WorkerKind::free: break;
+    }
+    return "free";
+}
+
+void free_slot(int index)
+{
+    WorkerSlot &slot = gd_shared->workers[index];
+    LWLockAcquire(gd_shared->lock, LW_EXCLUSIVE);
+    slot.kind = WorkerKind::free;
+    slot.generation++;
+    LWLockRelease(gd_shared->lock);
+    if (control[index].handle)
+        pfree(control[index].handle);
+    control[index] = SlotControl{};
+}
+
+/* Register the dynamic worker for an assigned slot; false if no bgworker slot was free. */
+bool start_worker(int index)
+{
+    WorkerSlot &slot = gd_shared->workers[index];
+    BackgroundWorker worker{};
+    worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+    worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    worker.bgw_restart_time = BGW_NEVER_RESTART;
+    strlcpy(worker.bgw_library_name, "gen_durable", BGW_MAXLEN);
+    strlcpy(worker.bgw_function_name, "gd_executor_main", BGW_MAXLEN);
+    snprintf(worker.bgw_name, BGW_MAXLEN, "gen_durable %s %s[%d] %s", kind_name(slot.kind), slot.queue,
+             slot.queue_index, slot.database);
+    snprintf(worker.bgw_type, BGW_MAXLEN, "gen_durable %s", kind_name(slot.kind));
+    worker.bgw_main_arg = gd_worker_arg(index, slot.generation);
+    worker.bgw_notify_pid = MyProcPid;
+
+    BackgroundWorkerHandle *handle = nullptr;
+    if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
+        if (!warned_no_bgworker_slots)
+            ereport(WARNING, (errmsg("gen_durable: could not start %s", worker.bgw_name),
+                              errhint("Raise max_worker_processes: it must cover every executor in "
+                                      "gen_durable.queues for every database, plus the launcher.")));
+        warned_no_bgworker_slots = true;
+        control[index].restart_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RETRY_REGISTER_MS);
+        return false;
+    }
+    control[index].handle = handle;
+    control[index].started_at = GetCurrentTimestamp();
+    control[index].restart_at = 0;
+    return true;
+}
+
+int assign_slot(const PlannedWorker &worker)
+{
+    LWLockAcquire(gd_shared->lock, LW_EXCLUSIVE);
+    int found = -1;
+    for (int i = 0; i < GD_MAX_WORKERS && found < 0; i++) {
+        WorkerSlot &slot = gd_shared->workers[i];
+        if (slot.kind != WorkerKind::free)
+            continue;
+        slot.kind = worker.kind;
+        slot.generation++;
+        strlcpy(slot.database, worker.database, NAMEDATALEN);
+        strlcpy(slot.queue, worker.queue, NAMEDATALEN);
+        slot.queue_index = worker.queue_index;
+        slot.database_oid = InvalidOid;
+        found = i;
+    }
+    LWLockRelease(gd_shared->lock);
+    return found;
+}
+
+/* A planned worker stopped: restart it, later if it keeps dying young. */
+void schedule_restart(int index, TimestampTz now)
+{
+    SlotControl &c = control[index];
+    bool died_young = TimestampDifferenceExceeds(c.started_at, now, QUICK_FAILURE_MS) == false;
+    c.quick_failures = died_young ? c.quick_failures + 1 : 0;
+    long delay = 0;
+    if (c.quick_failures > 0)
+        delay = Min(MAX_RESTART_DELAY_MS, 1000L << Min(c.quick_failures - 1, 6));
+    pfree(c.handle);
+    c.handle = nullptr;
+    c.restart_at = TimestampTzPlusMilliseconds(now, delay);
+}
+
+/* Bring the running workers in line with the plan; returns ms until the next timed action. */
+long reconcile()
+{
+    TimestampTz now = GetCurrentTimestamp();
+    long next_action_ms = -1;
+    covered.assign(plan.size(), false);
+
+    for (int i = 0; i < GD_MAX_WORKERS; i++) {
+        WorkerSlot &slot = gd_shared->workers[i];
+        if (slot.kind == WorkerKind::free)
+            continue;
+        SlotControl &c = control[i];
+        int planned = -1;
+        for (size_t p = 0; p < plan.size() && planned < 0; p++)
+            if (!covered[p] && slot_matches(slot, plan[p]))
+                planned = static_cast<int>(p);
+
+        pid_t pid = 0;
+        bool stopped = c.handle == nullptr || GetBackgroundWorkerPid(c.handle, &pid) == BGWH_STOPPED;
+        if (planned < 0) {
+            if (stopped)
+                free_slot(i);
+            else if (!c.stopping) {
+                TerminateBackgroundWorker(c.handle);
+                c.stopping = true;
+            }
+            continue;
+        }
+        covered[planned] = true;
+        if (stopped && c.handle != nullptr)
+            schedule_restart(i, now);
+        if (c.handle == nullptr) {
+            if (c.restart_at <= now)
+                start_worker(i);
+            if (c.handle == nullptr) {
+                long wait = Max(1L, (long) ((c.restart_at - now) / 1000));
+                next_action_ms = next_action_ms < 0 ? wait : Min(next_action_ms, wait);
+            }
+        }
+    }
+
+    for (size_t p = 0; p < plan.size(); p++) {
+        if (covered[p])
+            continue;
+        int index = assign_slot(plan[p]);
+        if (index < 0) {
+            if (!warned_plan_too_large)
+                ereport(WARNING, (errmsg("gen_durable: more than %d workers planned; %s[%d] in database \"%s\" is not started",
+                                         GD_MAX_WORKERS, plan[p].queue, plan[p].queue_index, plan[p].database)));
+            warned_plan_too_large = true;
+            continue;
+        }
+        control[index] = SlotControl{};
+        if (!start_worker(index))
+            next_action_ms = next_action_ms < 0 ? RETRY_REGISTER_MS : Min(next_action_ms, RETRY_REGISTER_MS);
+    }
+    return next_action_ms;
+}
+
+/* A previous launcher's workers are not ours to track: retire them. */
+void retire_previous_workers()
+{
+    LWLockAcquire(gd_shared->lock, LW_EXCLUSIVE);
+    for (WorkerSlot &slot : gd_shared->workers) {
+        if (slot.kind == WorkerKind::free)
+            continue;
+        if (slot.pid != 0)
+            kill(slot.pid, SIGTERM);
+        slot.kind = WorkerKind::free;
+        slot.generation++;
+    }
+    LWLockRelease(gd_shared->lock);
+}
+
+void launcher_loop()
+{
+    retire_previous_workers();
+    build_plan();
+    for (;;) {
+        long wait_ms = reconcile();
+        int events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (wait_ms >= 0 ? WL_TIMEOUT : 0);
+        (void) WaitLatch(MyLatch, events, wait_ms, PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+            warned_no_bgworker_slots = false;
+            warned_plan_too_large = false;
+            build_plan();
+        }
+    }
+}
+
+} // namespace
+
+void gd_register_launcher()
+{
+    BackgroundWorker worker{};
+    worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+    worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    worker.bgw_restart_time = 5;
+    strlcpy(worker.bgw_library_name, "gen_durable", BGW_MAXLEN);
+    strlcpy(worker.bgw_function_name, "gd_launcher_main", BGW_MAXLEN);
+    strlcpy(worker.bgw_name, "gen_durable launcher", BGW_MAXLEN);
+    strlcpy(worker.bgw_type, "gen_durable launcher", BGW_MAXLEN);
+    RegisterBackgroundWorker(&worker);
+}
+
+void gd_launcher_main(Datum)
+{
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, die);
+    BackgroundWorkerUnblockSignals();
+    LWLockAcquire(gd_shared->lock, LW_EXCLUSIVE);
+    gd_shared->launcher_pid = MyProcPid;
+    gd_shared->launcher_proc = MyProc;
+    LWLockRelease(gd_shared->lock);
+    ereport(LOG, (errmsg("gen_durable: launcher started")));
+    gd::cpp_entry(launcher_loop);
+}

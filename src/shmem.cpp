@@ -1,0 +1,130 @@
+/*
+ * shmem.cpp — the extension's shared memory: the worker slot table the
+ * launcher plans into and workers report through, and the await slots that
+ * let executors wake backends blocked in gd_await.
+ *
+ * Locking: GdShared::lock (one named LWLock tranche) protects worker slot
+ * allocation and the non-atomic slot fields.  Activity fields and await slots
+ * are atomics, read without the lock; a stale read only costs a spurious
+ * latch wake-up, which every waiter tolerates.
+ */
+#include "gen_durable.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+}
+
+GdShared *gd_shared = nullptr;
+
+namespace {
+
+shmem_request_hook_type previous_shmem_request_hook = nullptr;
+shmem_startup_hook_type previous_shmem_startup_hook = nullptr;
+
+Size shared_size()
+{
+    return add_size(offsetof(GdShared, await_slots), mul_size(MaxBackends, sizeof(AwaitSlot)));
+}
+
+void request_shmem()
+{
+    if (previous_shmem_request_hook)
+        previous_shmem_request_hook();
+    RequestAddinShmemSpace(shared_size());
+    RequestNamedLWLockTranche("gen_durable", 1);
+}
+
+void startup_shmem()
+{
+    if (previous_shmem_startup_hook)
+        previous_shmem_startup_hook();
+
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    bool found = false;
+    gd_shared = static_cast<GdShared *>(ShmemInitStruct("gen_durable", shared_size(), &found));
+    if (!found) {
+        memset(static_cast<void *>(gd_shared), 0, shared_size());
+        gd_shared->lock = &(GetNamedLWLockTranche("gen_durable"))->lock;
+        for (WorkerSlot &slot : gd_shared->workers) {
+            pg_atomic_init_u64(&slot.current_instance, 0);
+            pg_atomic_init_u64(&slot.since, 0);
+        }
+        pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
+        for (int i = 0; i < MaxBackends; i++)
+            pg_atomic_init_u64(&gd_shared->await_slots[i].instance_id, 0);
+    }
+    LWLockRelease(AddinShmemInitLock);
+}
+
+} // namespace
+
+void gd_install_shmem_hooks()
+{
+    previous_shmem_request_hook = shmem_request_hook;
+    shmem_request_hook = request_shmem;
+    previous_shmem_startup_hook = shmem_startup_hook;
+    shmem_startup_hook = startup_shmem;
+}
+
+/* ---- the worker side of a slot ------------------------------------------ */
+
+namespace {
+
+constexpr int SLOT_BITS = 16;
+
+void detach_worker_slot(int, Datum arg)
+{
+    WorkerSlot *slot = reinterpret_cast<WorkerSlot *>(DatumGetPointer(arg));
+    LWLockAcquire(gd_shared->lock, LW_EXCLUSIVE);
+    if (slot->pid == MyProcPid) { /* not reassigned to a newer worker meanwhile */
+        slot->pid = 0;
+        slot->proc = nullptr;
+        slot->idle = false;
+        pg_atomic_write_u64(&slot->current_instance, 0);
+    }
+    LWLockRelease(gd_shared->lock);
+}
+
+} // namespace
+
+Datum gd_worker_arg(int slot_index, uint32 generation)
+{
+    return Int64GetDatum((static_cast<int64>(generation) << SLOT_BITS) | slot_index);
+}
+
+WorkerSlot *gd_worker_slot_for(Datum arg, char *database_out)
+{
+    int64 packed = DatumGetInt64(arg);
+    int slot_index = static_cast<int>(packed & ((1 << SLOT_BITS) - 1));
+    uint32 generation = static_cast<uint32>(packed >> SLOT_BITS);
+    if (gd_shared == nullptr || slot_index >= GD_MAX_WORKERS)
+        proc_exit(0);
+    WorkerSlot *slot = &gd_shared->workers[slot_index];
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    bool current = slot->kind != WorkerKind::free && slot->generation == generation;
+    if (current)
+        strlcpy(database_out, slot->database, NAMEDATALEN);
+    LWLockRelease(gd_shared->lock);
+    if (!current)
+        proc_exit(0); /* planned by an earlier launcher: not ours to run */
+    return slot;
+}
+
+void gd_worker_attach(WorkerSlot *slot)
+{
+    LWLockAcquire(gd_shared->lock, LW_EXCLUSIVE);
+    slot->pid = MyProcPid;
+    slot->proc = MyProc;
+    slot->database_oid = MyDatabaseId;
+    slot->idle = false;
+    LWLockRelease(gd_shared->lock);
+    before_shmem_exit(detach_worker_slot, PointerGetDatum(slot));
+}
+
+void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id)
+{
+    pg_atomic_write_u64(&slot->current_instance, static_cast<uint64>(instance_id));
+    pg_atomic_write_u64(&slot->since, static_cast<uint64>(GetCurrentTimestamp()));
+}

@@ -1,0 +1,150 @@
+/*
+ * wakeup.cpp — waking the engine at commit.  Whatever makes an instance
+ * runnable records the queue here; when the transaction commits, the
+ * transaction callback sets the latch of enough executors of that queue in
+ * this database (idle ones first), so new work starts in milliseconds rather
+ * than at the next poll.  Nothing is woken on abort.  Executors, after their
+ * own commit, wake the backends blocked in gd_await on what they changed.
+ */
+#include "gen_durable.hpp"
+#include "guard.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+}
+
+#include <boost/container/small_vector.hpp>
+
+namespace {
+
+struct PendingWake {
+    char queue[NAMEDATALEN];
+    int instances; /* how many rows became runnable: wake at most this many executors */
+};
+
+/* Backend-local, cleared at the end of every transaction. */
+boost::container::small_vector<PendingWake, 4> pending_wakes;
+bool pending_database_wake = false;
+
+bool executor_of_this_database(const WorkerSlot &slot)
+{
+    return slot.kind == WorkerKind::executor && slot.proc != nullptr && slot.database_oid == MyDatabaseId;
+}
+
+/* Set the latches of up to `wanted` executors of the queue, idle ones first. */
+void wake_queue_executors(const PendingWake &wake)
+{
+    int woken = 0;
+    for (int pass = 0; pass < 2 && woken < wake.instances; pass++) {
+        bool want_idle = (pass == 0);
+        for (WorkerSlot &slot : gd_shared->workers) {
+            if (woken >= wake.instances)
+                break;
+            if (executor_of_this_database(slot) && slot.idle == want_idle && strcmp(slot.queue, wake.queue) == 0) {
+                SetLatch(&slot.proc->procLatch);
+                woken++;
+            }
+        }
+    }
+}
+
+void wake_pending_at_commit()
+{
+    if (gd_shared == nullptr)
+        return;
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    for (WorkerSlot &slot : gd_shared->workers)
+        if (pending_database_wake && executor_of_this_database(slot))
+            SetLatch(&slot.proc->procLatch);
+    if (!pending_database_wake)
+        for (const PendingWake &wake : pending_wakes)
+            wake_queue_executors(wake);
+    LWLockRelease(gd_shared->lock);
+}
+
+void on_transaction_end(XactEvent event, void *)
+{
+    switch (event) {
+    case XACT_EVENT_COMMIT:
+    case XACT_EVENT_PARALLEL_COMMIT:
+        if (!pending_wakes.empty() || pending_database_wake)
+            wake_pending_at_commit();
+        break;
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PARALLEL_ABORT:
+    case XACT_EVENT_PREPARE: /* a prepared transaction's rows are found by the poll */
+        break;
+    default:
+        return;
+    }
+    pending_wakes.clear();
+    pending_database_wake = false;
+}
+
+} // namespace
+
+void gd_register_xact_callback()
+{
+    RegisterXactCallback(on_transaction_end, nullptr);
+}
+
+void gd_wake_queue_at_commit(const char *queue)
+{
+    for (PendingWake &wake : pending_wakes)
+        if (strcmp(wake.queue, queue) == 0) {
+            wake.instances++;
+            return;
+        }
+    PendingWake wake{};
+    strlcpy(wake.queue, queue, sizeof(wake.queue));
+    wake.instances = 1;
+    pending_wakes.push_back(wake);
+}
+
+void gd_wake_database_at_commit()
+{
+    pending_database_wake = true;
+}
+
+void gd_wake_awaiters(const int64 *ids, int count)
+{
+    if (gd_shared == nullptr || count == 0 || pg_atomic_read_u32(&gd_shared->awaiting_backends) == 0)
+        return;
+    for (int i = 0; i < MaxBackends; i++) {
+        AwaitSlot &slot = gd_shared->await_slots[i];
+        int64 awaited = static_cast<int64>(pg_atomic_read_u64(&slot.instance_id));
+        if (awaited == 0 || slot.database_oid != MyDatabaseId)
+            continue;
+        for (int j = 0; j < count; j++)
+            if (ids[j] == awaited) {
+                SetLatch(&slot.proc->procLatch);
+                break;
+            }
+    }
+}
+
+extern "C" {
+
+PG_FUNCTION_INFO_V1(gd_wake_on_commit);
+PG_FUNCTION_INFO_V1(gd_wake_database_on_commit);
+
+/* gd._wake_on_commit(queue text): the caller made a row of this queue runnable. */
+Datum gd_wake_on_commit(PG_FUNCTION_ARGS)
+{
+    char queue[NAMEDATALEN];
+    text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
+    gd::cpp_entry([&] { gd_wake_queue_at_commit(queue); });
+    PG_RETURN_VOID();
+}
+
+/* gd._wake_database_on_commit(): wake every executor here (the extension was just created). */
+Datum gd_wake_database_on_commit(PG_FUNCTION_ARGS)
+{
+    gd_wake_database_at_commit();
+    PG_RETURN_VOID();
+}
+}
