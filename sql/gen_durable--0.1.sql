@@ -178,28 +178,28 @@ END $$;
 CREATE FUNCTION gd._newest_fsm(fsm_name text) RETURNS gd.fsms
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    found gd.fsms;
+    newest gd.fsms;
 BEGIN
-    SELECT * INTO found FROM gd.fsms f WHERE f.name = fsm_name ORDER BY f.version DESC LIMIT 1;
+    SELECT * INTO newest FROM gd.fsms f WHERE f.name = fsm_name ORDER BY f.version DESC LIMIT 1;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('gen_durable: unknown FSM %L', fsm_name);
     END IF;
-    RETURN found;
+    RETURN newest;
 END $$;
 
 CREATE FUNCTION gd._step(fsm_name text, fsm_version int, step_name text) RETURNS gd.steps
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    found gd.steps;
+    definition gd.steps;
 BEGIN
-    SELECT * INTO found FROM gd.steps s
+    SELECT * INTO definition FROM gd.steps s
      WHERE s.fsm = fsm_name AND s.version = fsm_version AND s.step = step_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('gen_durable: unknown step %L of FSM %L version %s', step_name, fsm_name, fsm_version);
     END IF;
-    RETURN found;
+    RETURN definition;
 END $$;
 
 -- A queue the engine knows: registered, or listed in gen_durable.queues (registered now).
@@ -267,7 +267,7 @@ RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
     fsm_row gd.fsms;
-    handler_args oidvector;
+    takes_state_and_context boolean;
     handler_result oid;
 BEGIN
     IF version IS NULL THEN
@@ -293,9 +293,11 @@ BEGIN
         PERFORM gd._bad_argument(format('timeout of step %L must be positive, got %s', step, timeout));
     END IF;
     IF handler IS NOT NULL THEN
-        SELECT p.proargtypes, p.prorettype INTO handler_args, handler_result
+        SELECT p.pronargs = 2 AND p.proargtypes[0] = 'jsonb'::regtype AND p.proargtypes[1] = 'gd.context'::regtype,
+               p.prorettype
+          INTO takes_state_and_context, handler_result
           FROM pg_proc p WHERE p.oid = handler;
-        IF handler_args::oid[] <> ARRAY['jsonb'::regtype, 'gd.context'::regtype]::oid[] THEN
+        IF NOT takes_state_and_context THEN
             RAISE EXCEPTION USING ERRCODE = 'undefined_function',
                 MESSAGE = format('gen_durable: handler %s of step %L must take (state jsonb, ctx gd.context)',
                                  handler, step);

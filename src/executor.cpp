@@ -53,7 +53,7 @@ bool check_extension()
 {
     if (get_extension_oid("gen_durable", true) != InvalidOid) {
         if (reported_missing_extension)
-            ereport(LOG, (errmsg("gen_durable: extension found in database \"%s\"; executor for queue \"%s\" serving",
+            ereport(my_slot->queue_index == 0 ? LOG : DEBUG1, (errmsg("gen_durable: extension found in database \"%s\"; executor for queue \"%s\" serving",
                                  my_database, my_queue)));
         reported_missing_extension = false;
         return true;

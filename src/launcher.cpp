@@ -275,7 +275,9 @@ void launcher_loop()
 void gd_register_launcher()
 {
     BackgroundWorker worker{};
-    worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+    /* Connected (to no database) like core's logical replication launcher: the
+     * procsignal SIGUSR1 handler then sets our latch on worker state changes. */
+    worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
     worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
     worker.bgw_restart_time = 5;
     strlcpy(worker.bgw_library_name, "gen_durable", BGW_MAXLEN);
@@ -290,6 +292,7 @@ void gd_launcher_main(Datum)
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     pqsignal(SIGTERM, die);
     BackgroundWorkerUnblockSignals();
+    BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);
     LWLockAcquire(gd_shared->lock, LW_EXCLUSIVE);
     gd_shared->launcher_pid = MyProcPid;
     gd_shared->launcher_proc = MyProc;
