@@ -135,6 +135,13 @@ CREATE FUNCTION gd._configured_queues() RETURNS text[]
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_configured_queues';
 CREATE FUNCTION gd._engine_loaded() RETURNS boolean
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_engine_loaded';
+CREATE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_awaiters_on_commit';
+-- Runs steps in the calling session as an executor would; handlers run as
+-- their FSM's owner, so only superusers may call it.
+CREATE FUNCTION gd._execute(queue text, max int DEFAULT 1) RETURNS int
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_execute';
+REVOKE ALL ON FUNCTION gd._execute(text, int) FROM PUBLIC;
 CREATE FUNCTION gd._definitions_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_definitions_changed';
 CREATE FUNCTION gd._workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,

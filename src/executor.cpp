@@ -32,8 +32,6 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
-#include <boost/container/static_vector.hpp>
-
 namespace {
 
 constexpr long ERROR_PAUSE_MS = 1000;
@@ -44,8 +42,6 @@ WorkerSlot *my_slot = nullptr;
 char my_queue[NAMEDATALEN];
 char my_database[NAMEDATALEN];
 MemoryContext round_context = nullptr;
-boost::container::static_vector<PickedInstance, GD_MAX_BATCH> picked;
-boost::container::static_vector<int64, GD_MAX_BATCH> changed_ids;
 bool extension_ready = false;
 bool reported_missing_extension = false;
 
@@ -71,8 +67,6 @@ bool check_extension()
 long run_round()
 {
     MemoryContextReset(round_context);
-    changed_ids.clear();
-    picked.clear();
 
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
@@ -86,19 +80,8 @@ long run_round()
     if (!extension_ready) {
         sleep_ms = MISSING_EXTENSION_RECHECK_MS;
     } else {
-        pgstat_report_activity(STATE_RUNNING, "gen_durable: picking");
-        gd_prepare_step_runner();
-        int limit = Min(gd_batch_size, GD_MAX_BATCH);
-        picked.resize(limit);
-        int count = gd_pick(my_queue, limit, picked.data(), round_context);
-        picked.resize(count);
-        for (const PickedInstance &row : picked) {
-            gd_worker_set_activity(my_slot, row.id);
-            gd_run_step(row, my_queue);
-            changed_ids.push_back(row.id);
-            CHECK_FOR_INTERRUPTS();
-        }
-        if (count == 0) {
+        pgstat_report_activity(STATE_RUNNING, "gen_durable: running steps");
+        if (gd_execute_batch(my_queue, gd_batch_size, my_slot) == 0) {
             TimestampTz due = gd_next_due(my_queue);
             sleep_ms = gd_poll_interval_ms;
             if (due != 0) {
@@ -113,7 +96,6 @@ long run_round()
     CommitTransactionCommand();
     gd_worker_set_activity(my_slot, 0);
     pgstat_report_activity(STATE_IDLE, nullptr);
-    gd_wake_awaiters(changed_ids.data(), static_cast<int>(changed_ids.size()));
     return sleep_ms;
 }
 

@@ -63,7 +63,10 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
 /* {"sqlstate", "message", "detail", "step", "attempt"} for an error raised by a step. */
 Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
 
-/* Run one picked step to its transition (step_runner.cpp). */
-void gd_run_step(const PickedInstance &row, const char *queue);
-/* Resolve the gd.context type; call once per round before gd_run_step. */
-void gd_prepare_step_runner();
+/*
+ * Pick up to `limit` steps of the queue and run each to its transition, in
+ * the caller's transaction and SPI connection; gd_await callers are woken at
+ * commit.  Rows are copied into CurrentMemoryContext.  Reports progress in
+ * `slot` when given.  Returns how many steps ran (step_runner.cpp).
+ */
+int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot);

@@ -106,8 +106,8 @@ void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id);
 void gd_wake_queue_at_commit(const char *queue);
 /* At commit, wake every executor of this database (e.g. CREATE EXTENSION). */
 void gd_wake_database_at_commit();
-/* Wake backends blocked in gd_await on any of these instances (after commit). */
-void gd_wake_awaiters(const int64 *ids, int count);
+/* At commit, wake backends blocked in gd_await on this instance. */
+void gd_wake_awaiters_at_commit(int64 instance_id);
 void gd_register_xact_callback();
 void gd_register_await_cleanup(); /* await.cpp */
 

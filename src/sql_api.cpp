@@ -1,9 +1,10 @@
 /*
  * sql_api.cpp — SQL-callable internals that read the engine's settings and
  * shared memory: the configured queue names, whether the engine is loaded,
- * and the gd.workers view.
+ * the gd.workers view, and gd._execute, which runs steps in the calling
+ * session exactly as an executor would (for tests and manual stepping).
  */
-#include "gen_durable.hpp"
+#include "executor.hpp"
 #include "guard.hpp"
 
 extern "C" {
@@ -47,6 +48,22 @@ extern "C" {
 PG_FUNCTION_INFO_V1(gd_configured_queues);
 PG_FUNCTION_INFO_V1(gd_engine_loaded);
 PG_FUNCTION_INFO_V1(gd_workers);
+PG_FUNCTION_INFO_V1(gd_execute);
+
+/* gd._execute(queue text, max int): run up to max runnable steps of the queue here. */
+Datum gd_execute(PG_FUNCTION_ARGS)
+{
+    char queue[NAMEDATALEN];
+    text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
+    int32 limit = PG_GETARG_INT32(1);
+    if (limit < 1 || limit > GD_MAX_BATCH)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: max must be between 1 and %d, got %d", GD_MAX_BATCH, limit)));
+    SPI_connect();
+    int ran = gd_execute_batch(queue, limit, nullptr);
+    SPI_finish();
+    PG_RETURN_INT32(ran);
+}
 
 /* gd._configured_queues(): the queue names in gen_durable.queues. */
 Datum gd_configured_queues(PG_FUNCTION_ARGS)

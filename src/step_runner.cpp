@@ -25,6 +25,8 @@ extern "C" {
 #include "utils/typcache.h"
 }
 
+#include <boost/container/static_vector.hpp>
+
 namespace {
 
 /* gd.outcome's columns, in order. */
@@ -33,6 +35,9 @@ enum OutcomeColumn {
     OUTCOME_BACKOFF, OUTCOME_RESULT, OUTCOME_SIGNAL_NAMES, OUTCOME_TIMEOUT, OUTCOME_CHILDREN
 };
 constexpr int CONTEXT_COLUMNS = 10;
+
+/* The rows of the batch in hand: a global, so an ERROR's longjmp skips no destructor. */
+boost::container::static_vector<PickedInstance, GD_MAX_BATCH> batch;
 
 Oid context_type = InvalidOid;
 TupleDesc context_desc = nullptr;
@@ -164,7 +169,9 @@ Transition interpret_outcome(const PickedInstance &row, const StepDefinition &de
 
 } // namespace
 
-void gd_prepare_step_runner()
+namespace {
+
+void prepare_context_type()
 {
     Oid gd_namespace = get_namespace_oid("gd", false);
     Oid type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("context"),
@@ -183,7 +190,11 @@ void gd_prepare_step_runner()
     empty_json_array = DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"));
 }
 
-void gd_run_step(const PickedInstance &row, const char *queue)
+} // namespace
+
+namespace {
+
+void run_step(const PickedInstance &row, const char *queue)
 {
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
     if (found == nullptr) {
@@ -237,4 +248,24 @@ void gd_run_step(const PickedInstance &row, const char *queue)
         FreeErrorData(edata);
     }
     PG_END_TRY();
+}
+
+} // namespace
+
+int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
+{
+    MemoryContext batch_context = CurrentMemoryContext;
+    prepare_context_type();
+    batch.resize(Min(limit, GD_MAX_BATCH));
+    int count = gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context);
+    batch.resize(count);
+    for (const PickedInstance &row : batch) {
+        if (slot != nullptr)
+            gd_worker_set_activity(slot, row.id);
+        run_step(row, queue);
+        gd_wake_awaiters_at_commit(row.id);
+        CHECK_FOR_INTERRUPTS();
+    }
+    batch.clear();
+    return count;
 }

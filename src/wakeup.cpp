@@ -1,10 +1,11 @@
 /*
- * wakeup.cpp — waking the engine at commit.  Whatever makes an instance
- * runnable records the queue here; when the transaction commits, the
- * transaction callback sets the latch of enough executors of that queue in
- * this database (idle ones first), so new work starts in milliseconds rather
- * than at the next poll.  Nothing is woken on abort.  Executors, after their
- * own commit, wake the backends blocked in gd_await on what they changed.
+ * wakeup.cpp — waking the engine and gd_await callers at commit.  Whatever
+ * makes an instance runnable records its queue here; when the transaction
+ * commits, the transaction callback sets the latch of enough executors of
+ * that queue in this database (idle ones first), so new work starts in
+ * milliseconds rather than at the next poll.  Likewise whatever changes an
+ * instance records its id, and at commit the backends blocked in gd_await on
+ * it are woken.  Nothing is woken on abort.
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
@@ -29,6 +30,7 @@ struct PendingWake {
 /* Backend-local, cleared at the end of every transaction. */
 boost::container::small_vector<PendingWake, 4> pending_wakes;
 bool pending_database_wake = false;
+boost::container::small_vector<int64, 64> pending_awaited;
 
 bool executor_of_this_database(const WorkerSlot &slot)
 {
@@ -52,18 +54,35 @@ void wake_queue_executors(const PendingWake &wake)
     }
 }
 
-void wake_pending_at_commit()
+void wake_executors()
 {
-    if (gd_shared == nullptr)
-        return;
     LWLockAcquire(gd_shared->lock, LW_SHARED);
-    for (WorkerSlot &slot : gd_shared->workers)
-        if (pending_database_wake && executor_of_this_database(slot))
-            SetLatch(&slot.proc->procLatch);
-    if (!pending_database_wake)
+    if (pending_database_wake) {
+        for (WorkerSlot &slot : gd_shared->workers)
+            if (executor_of_this_database(slot))
+                SetLatch(&slot.proc->procLatch);
+    } else {
         for (const PendingWake &wake : pending_wakes)
             wake_queue_executors(wake);
+    }
     LWLockRelease(gd_shared->lock);
+}
+
+void wake_awaiters()
+{
+    if (pg_atomic_read_u32(&gd_shared->awaiting_backends) == 0)
+        return;
+    for (int i = 0; i < MaxBackends; i++) {
+        AwaitSlot &slot = gd_shared->await_slots[i];
+        int64 awaited = static_cast<int64>(pg_atomic_read_u64(&slot.instance_id));
+        if (awaited == 0 || slot.database_oid != MyDatabaseId)
+            continue;
+        for (int64 id : pending_awaited)
+            if (id == awaited) {
+                SetLatch(&slot.proc->procLatch);
+                break;
+            }
+    }
 }
 
 void on_transaction_end(XactEvent event, void *)
@@ -71,8 +90,12 @@ void on_transaction_end(XactEvent event, void *)
     switch (event) {
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
+        if (gd_shared == nullptr)
+            break;
         if (!pending_wakes.empty() || pending_database_wake)
-            wake_pending_at_commit();
+            wake_executors();
+        if (!pending_awaited.empty())
+            wake_awaiters();
         break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
@@ -83,6 +106,7 @@ void on_transaction_end(XactEvent event, void *)
     }
     pending_wakes.clear();
     pending_database_wake = false;
+    pending_awaited.clear();
 }
 
 } // namespace
@@ -102,7 +126,7 @@ void gd_wake_queue_at_commit(const char *queue)
     PendingWake wake{};
     strlcpy(wake.queue, queue, sizeof(wake.queue));
     wake.instances = 1;
-    pending_wakes.push_back(wake);
+    gd::cpp_entry([&] { pending_wakes.push_back(wake); });
 }
 
 void gd_wake_database_at_commit()
@@ -110,34 +134,24 @@ void gd_wake_database_at_commit()
     pending_database_wake = true;
 }
 
-void gd_wake_awaiters(const int64 *ids, int count)
+void gd_wake_awaiters_at_commit(int64 instance_id)
 {
-    if (gd_shared == nullptr || count == 0 || pg_atomic_read_u32(&gd_shared->awaiting_backends) == 0)
-        return;
-    for (int i = 0; i < MaxBackends; i++) {
-        AwaitSlot &slot = gd_shared->await_slots[i];
-        int64 awaited = static_cast<int64>(pg_atomic_read_u64(&slot.instance_id));
-        if (awaited == 0 || slot.database_oid != MyDatabaseId)
-            continue;
-        for (int j = 0; j < count; j++)
-            if (ids[j] == awaited) {
-                SetLatch(&slot.proc->procLatch);
-                break;
-            }
-    }
+    if (pending_awaited.empty() || pending_awaited.back() != instance_id)
+        gd::cpp_entry([&] { pending_awaited.push_back(instance_id); });
 }
 
 extern "C" {
 
 PG_FUNCTION_INFO_V1(gd_wake_on_commit);
 PG_FUNCTION_INFO_V1(gd_wake_database_on_commit);
+PG_FUNCTION_INFO_V1(gd_wake_awaiters_on_commit);
 
 /* gd._wake_on_commit(queue text): the caller made a row of this queue runnable. */
 Datum gd_wake_on_commit(PG_FUNCTION_ARGS)
 {
     char queue[NAMEDATALEN];
     text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
-    gd::cpp_entry([&] { gd_wake_queue_at_commit(queue); });
+    gd_wake_queue_at_commit(queue);
     PG_RETURN_VOID();
 }
 
@@ -145,6 +159,13 @@ Datum gd_wake_on_commit(PG_FUNCTION_ARGS)
 Datum gd_wake_database_on_commit(PG_FUNCTION_ARGS)
 {
     gd_wake_database_at_commit();
+    PG_RETURN_VOID();
+}
+
+/* gd._wake_awaiters_on_commit(id bigint): the caller changed this instance. */
+Datum gd_wake_awaiters_on_commit(PG_FUNCTION_ARGS)
+{
+    gd_wake_awaiters_at_commit(PG_GETARG_INT64(0));
     PG_RETURN_VOID();
 }
 }
