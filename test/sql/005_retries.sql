@@ -1,0 +1,63 @@
+-- Retries: exponential backoff capped at max_backoff, explicit backoff, and
+-- failure after max_attempts with the last error kept.
+CREATE FUNCTION t.always_fails(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO t.ledger (instance_id, step, attempt) VALUES (ctx.id, ctx.step, ctx.attempt);
+    RAISE EXCEPTION 'attempt % failed', ctx.attempt USING ERRCODE = 'P0001';
+END $$;
+CREATE FUNCTION t.asks_retry(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN gd_retry(jsonb_build_object('attempt', ctx.attempt), (state->>'backoff')::interval);
+END $$;
+CREATE FUNCTION t.succeeds_third_time(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO t.ledger (instance_id, step, attempt) VALUES (ctx.id, ctx.step, ctx.attempt);
+    IF ctx.attempt < 3 THEN
+        RAISE EXCEPTION 'not yet';
+    END IF;
+    RETURN gd_done(jsonb_build_object('attempts', ctx.attempt));
+END $$;
+
+SELECT gd_define_fsm('r', initial => 'fail', queue => 'retries');
+SELECT gd_define_step('r', 'fail', 't.always_fails(jsonb, gd.context)'::regprocedure,
+                      max_attempts => 6, backoff => '10 seconds', max_backoff => '1 minute');
+SELECT gd_define_step('r', 'ask', 't.asks_retry(jsonb, gd.context)'::regprocedure, max_attempts => 3);
+SELECT gd_define_step('r', 'third', 't.succeeds_third_time(jsonb, gd.context)'::regprocedure, backoff => '0s');
+
+-- Each failed attempt is scheduled backoff * 2^(attempt-1) later, capped at max_backoff:
+-- 10s, 20s, 40s, 60s, 60s, then the sixth attempt fails the instance.
+CREATE TABLE t.delays (attempt int, delay_s numeric);
+SELECT gd_insert('r') AS fail_id \gset
+DO $$
+DECLARE
+    before timestamptz;
+    inst gd.instances;
+BEGIN
+    FOR i IN 1..6 LOOP
+        -- make the instance eligible now, run it, and measure how far its retry was pushed
+        UPDATE gd.instances SET eligible_at = now() - interval '1 second' WHERE fsm = 'r' AND step = 'fail';
+        before := clock_timestamp();
+        PERFORM gd._execute('retries', 1);
+        SELECT * INTO inst FROM gd.instances WHERE fsm = 'r' AND step = 'fail';
+        INSERT INTO t.delays VALUES (i, CASE WHEN inst.status = 'runnable'
+                                             THEN round(extract(epoch FROM inst.eligible_at - before)) END);
+    END LOOP;
+END $$;
+SELECT * FROM t.delays ORDER BY attempt;
+SELECT status, attempt, error->>'message' AS last_error, error->>'attempt' AS error_attempt
+  FROM gd.instances WHERE id = :fail_id;
+SELECT count(*) AS rolled_back_attempts_in_ledger FROM t.ledger WHERE instance_id = :fail_id;
+
+-- gd_retry with an explicit backoff overrides the step's; the error is the handler's own.
+SELECT gd_insert('r', '{"backoff": "3 minutes"}', step => 'ask') AS ask_id \gset
+SELECT gd._execute('retries', 1);
+SELECT status, attempt, error, round(extract(epoch FROM eligible_at - now()) / 60) AS minutes_ahead
+  FROM gd.instances WHERE id = :ask_id;
+
+-- A step that succeeds on its third attempt: only that attempt's writes remain.
+SELECT gd_insert('r', step => 'third') AS third_id \gset
+SELECT gd._execute('retries', 10);
+SELECT gd._execute('retries', 10);
+SELECT gd._execute('retries', 10);
+SELECT status, attempt, result FROM gd.instances WHERE id = :third_id;
+SELECT attempt FROM t.ledger WHERE instance_id = :third_id;
