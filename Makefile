@@ -5,7 +5,10 @@
 
 EXTENSION = gen_durable
 MODULE_big = gen_durable
-DATA = $(wildcard sql/gen_durable--*.sql)
+# The install script is assembled from sql/src/*.sql, one file per concern;
+# upgrade scripts (sql/gen_durable--X--Y.sql) are kept as written.
+DATA_built = sql/gen_durable--0.1.sql
+DATA = $(wildcard sql/gen_durable--*--*.sql)
 OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*.cpp))
 
 PG_CONFIG ?= pg_config
@@ -26,6 +29,8 @@ PG_CXXFLAGS = -std=c++17 -Wextra -Wno-unused-parameter -Wno-missing-field-initia
 SHLIB_LINK = -lstdc++
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+sql/gen_durable--0.1.sql: $(sort $(wildcard sql/src/*.sql))
+	cat $^ > $@
 # Server headers are not ours: include them as system headers to keep their warnings out.
 override CPPFLAGS := $(patsubst -I%,-isystem %,$(CPPFLAGS))
 endif

@@ -1,0 +1,108 @@
+-- ---------------------------------------------------------------------------
+-- Internals implemented in C++
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION gd._wake_on_commit(queue text) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_on_commit';
+CREATE FUNCTION gd._wake_database_on_commit() RETURNS void
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_database_on_commit';
+CREATE FUNCTION gd._await_publish(id bigint) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_await_publish';
+CREATE FUNCTION gd._await_sleep(milliseconds int) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_await_sleep';
+CREATE FUNCTION gd._configured_queues() RETURNS text[]
+    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_configured_queues';
+CREATE FUNCTION gd._engine_loaded() RETURNS boolean
+    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_engine_loaded';
+CREATE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_awaiters_on_commit';
+-- Runs steps in the calling session as an executor would; handlers run as
+-- their FSM's owner, so only superusers may call it.
+CREATE FUNCTION gd._execute(queue text, max int DEFAULT 1) RETURNS int
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_execute';
+REVOKE ALL ON FUNCTION gd._execute(text, int) FROM PUBLIC;
+CREATE FUNCTION gd._definitions_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_definitions_changed';
+CREATE FUNCTION gd._workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
+                            OUT instance_id bigint, OUT since timestamptz)
+    RETURNS SETOF record LANGUAGE c AS 'MODULE_PATHNAME', 'gd_workers';
+
+-- Executors cache definitions; any change to them invalidates the caches at commit.
+CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd.fsms
+    FOR EACH STATEMENT EXECUTE FUNCTION gd._definitions_changed();
+CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd.steps
+    FOR EACH STATEMENT EXECUTE FUNCTION gd._definitions_changed();
+
+CREATE VIEW gd.workers AS SELECT * FROM gd._workers();
+
+-- ---------------------------------------------------------------------------
+-- Shared helpers of the SQL API
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION gd._live_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE
+    AS $$ SELECT '{runnable,executing,awaiting_signal,awaiting_children}'::text[] $$;
+CREATE FUNCTION gd._terminal_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE
+    AS $$ SELECT '{done,failed,cancelled}'::text[] $$;
+
+CREATE FUNCTION gd._bad_argument(message text, detail text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+        MESSAGE = 'gen_durable: ' || message, DETAIL = coalesce(detail, '');
+END $$;
+
+CREATE FUNCTION gd._check_interval(value interval, what text) RETURNS interval
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF value < interval '0' THEN
+        PERFORM gd._bad_argument(format('%s must not be negative, got %s', what, value));
+    END IF;
+    RETURN value;
+END $$;
+
+-- The newest version of an FSM, or 42704.
+CREATE FUNCTION gd._newest_fsm(fsm_name text) RETURNS gd.fsms
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    newest gd.fsms;
+BEGIN
+    SELECT * INTO newest FROM gd.fsms f WHERE f.name = fsm_name ORDER BY f.version DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('gen_durable: unknown FSM %L', fsm_name);
+    END IF;
+    RETURN newest;
+END $$;
+
+CREATE FUNCTION gd._step(fsm_name text, fsm_version int, step_name text) RETURNS gd.steps
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    definition gd.steps;
+BEGIN
+    SELECT * INTO definition FROM gd.steps s
+     WHERE s.fsm = fsm_name AND s.version = fsm_version AND s.step = step_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('gen_durable: unknown step %L of FSM %L version %s', step_name, fsm_name, fsm_version);
+    END IF;
+    RETURN definition;
+END $$;
+
+-- A queue the engine knows: registered, or listed in gen_durable.queues (registered now).
+CREATE FUNCTION gd._known_queue(queue_name text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF queue_name IS NULL THEN
+        PERFORM gd._bad_argument('queue must not be NULL');
+    END IF;
+    PERFORM FROM gd.queues q WHERE q.name = queue_name;
+    IF NOT FOUND THEN
+        IF NOT queue_name = ANY (gd._configured_queues()) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('gen_durable: unknown queue %L', queue_name),
+                HINT = 'Name it in gen_durable.queues or in gd_define_fsm(queue => ...).';
+        END IF;
+        INSERT INTO gd.queues (name) VALUES (queue_name) ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN queue_name;
+END $$;

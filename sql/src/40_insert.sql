@@ -1,0 +1,162 @@
+-- ---------------------------------------------------------------------------
+-- Inserting instances
+-- ---------------------------------------------------------------------------
+
+-- The one insert path behind gd_insert and gd_insert_all.  Returns the new id,
+-- or for a duplicate correlation key what on_duplicate says.
+CREATE FUNCTION gd._insert(fsm text, state jsonb, step text, queue text, priority int,
+                           concurrency_key text, correlation_key text, correlation_scope text[],
+                           rate_limit text, weight int, eligible_at timestamptz,
+                           schedule_in interval, on_duplicate text, parent_id bigint DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    fsm_row gd.fsms;
+    step_row gd.steps;
+    new_id bigint;
+    occupant bigint;
+    first_step text;
+    run_at timestamptz;
+BEGIN
+    fsm_row := gd._newest_fsm(fsm);
+    IF state IS NULL OR jsonb_typeof(state) <> 'object' THEN
+        PERFORM gd._bad_argument(format('state of a %L instance must be a JSON object, got %s',
+                                        fsm, coalesce(state::text, 'NULL')));
+    END IF;
+    first_step := coalesce(step, fsm_row.initial_step);
+    step_row := gd._step(fsm_row.name, fsm_row.version, first_step);
+    queue := gd._known_queue(coalesce(queue, fsm_row.queue));
+    IF priority IS NULL THEN
+        PERFORM gd._bad_argument('priority must not be NULL');
+    END IF;
+    IF weight IS NULL OR weight < 1 THEN
+        PERFORM gd._bad_argument(format('weight must be at least 1, got %s', coalesce(weight::text, 'NULL')));
+    END IF;
+    IF eligible_at IS NOT NULL AND schedule_in IS NOT NULL THEN
+        PERFORM gd._bad_argument('give eligible_at or schedule_in, not both');
+    END IF;
+    run_at := coalesce(eligible_at, clock_timestamp() + gd._check_interval(schedule_in, 'schedule_in'), now());
+    IF correlation_scope IS NULL THEN
+        correlation_scope := gd._live_statuses();
+    ELSIF array_position(correlation_scope, NULL) IS NOT NULL
+       OR NOT correlation_scope <@ (gd._live_statuses() || gd._terminal_statuses()) THEN
+        PERFORM gd._bad_argument(format('correlation_scope %s holds an unknown status', correlation_scope),
+                                 'Statuses are runnable, executing, awaiting_signal, awaiting_children, done, failed, cancelled.');
+    END IF;
+    IF on_duplicate IS NULL OR on_duplicate NOT IN ('error', 'existing', 'skip') THEN
+        PERFORM gd._bad_argument(format('on_duplicate must be error, existing or skip, got %L', on_duplicate));
+    END IF;
+    IF correlation_key = '' THEN
+        PERFORM gd._bad_argument('correlation_key must not be empty');
+    END IF;
+    IF rate_limit IS NOT NULL OR concurrency_key IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = 'gen_durable: rate_limit and concurrency_key are not supported by this version';
+    END IF;
+
+    LOOP
+        INSERT INTO gd.instances AS i (fsm, version, step, state, queue, external, priority, concurrency_key,
+                                       correlation_key, correlation_scope, rate_limit, weight, eligible_at,
+                                       parent_id)
+        VALUES (fsm_row.name, fsm_row.version, first_step, fsm_row.state_defaults || state, queue,
+                step_row.handler IS NULL, priority, concurrency_key, correlation_key, correlation_scope,
+                rate_limit, weight, run_at, parent_id)
+        ON CONFLICT (correlation_key) WHERE correlation_held DO NOTHING
+        RETURNING i.id INTO new_id;
+        IF new_id IS NOT NULL THEN
+            PERFORM gd._wake_on_commit(queue);
+            RETURN new_id;
+        END IF;
+        SELECT i.id INTO occupant FROM gd.instances i
+         WHERE i.correlation_key = _insert.correlation_key AND i.correlation_held;
+        IF FOUND THEN
+            EXIT;
+        END IF;
+        -- the occupant left the scope between our insert and our look-up: try again
+    END LOOP;
+
+    CASE on_duplicate
+        WHEN 'existing' THEN RETURN occupant;
+        WHEN 'skip' THEN RETURN NULL;
+        ELSE
+            RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+                MESSAGE = format('gen_durable: correlation key %L is already taken', correlation_key),
+                DETAIL = format('Instance %s holds it.', occupant);
+    END CASE;
+END $$;
+
+CREATE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '{}', step text DEFAULT NULL,
+                                      queue text DEFAULT NULL, priority int DEFAULT 0,
+                                      concurrency_key text DEFAULT NULL, correlation_key text DEFAULT NULL,
+                                      correlation_scope text[] DEFAULT NULL, rate_limit text DEFAULT NULL,
+                                      weight int DEFAULT 1, eligible_at timestamptz DEFAULT NULL,
+                                      schedule_in interval DEFAULT NULL, on_duplicate text DEFAULT 'error')
+RETURNS bigint LANGUAGE sql
+AS $$ SELECT gd._insert(fsm, state, step, queue, priority, concurrency_key, correlation_key, correlation_scope,
+                        rate_limit, weight, eligible_at, schedule_in, on_duplicate) $$;
+
+-- An integer insert option of an entry, or its default.
+CREATE FUNCTION gd._entry_int(entry jsonb, option text, default_value int) RETURNS int
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF NOT entry ? option THEN
+        RETURN default_value;
+    END IF;
+    IF jsonb_typeof(entry->option) <> 'number' OR (entry->>option)::numeric <> trunc((entry->>option)::numeric)
+       OR abs((entry->>option)::numeric) > 2147483647 THEN
+        PERFORM gd._bad_argument(format('insert option %s must be an integer, got %s', option, entry->option));
+    END IF;
+    RETURN (entry->>option)::int;
+END $$;
+
+-- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert.
+CREATE FUNCTION gd._insert_entry(default_fsm text, entry jsonb, on_duplicate text, parent_id bigint DEFAULT NULL)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    unknown text;
+BEGIN
+    IF entry IS NULL OR jsonb_typeof(entry) <> 'object' THEN
+        PERFORM gd._bad_argument(format('each entry must be a JSON object of insert options, got %s',
+                                        coalesce(entry::text, 'NULL')));
+    END IF;
+    SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(entry) k
+     WHERE k NOT IN ('fsm', 'state', 'step', 'queue', 'priority', 'concurrency_key', 'correlation_key',
+                     'correlation_scope', 'rate_limit', 'weight', 'eligible_at', 'schedule_in');
+    IF unknown IS NOT NULL THEN
+        PERFORM gd._bad_argument(format('unknown insert option %s', unknown), format('In entry %s.', entry));
+    END IF;
+    IF entry ? 'correlation_scope' AND jsonb_typeof(entry->'correlation_scope') <> 'array' THEN
+        PERFORM gd._bad_argument(format('insert option correlation_scope must be an array, got %s',
+                                        entry->'correlation_scope'));
+    END IF;
+    RETURN gd._insert(coalesce(entry->>'fsm', default_fsm),
+                      coalesce(entry->'state', '{}'),
+                      entry->>'step', entry->>'queue',
+                      gd._entry_int(entry, 'priority', 0),
+                      entry->>'concurrency_key', entry->>'correlation_key',
+                      CASE WHEN entry ? 'correlation_scope'
+                           THEN ARRAY(SELECT jsonb_array_elements_text(entry->'correlation_scope')) END,
+                      entry->>'rate_limit',
+                      gd._entry_int(entry, 'weight', 1),
+                      (entry->>'eligible_at')::timestamptz,
+                      (entry->>'schedule_in')::interval,
+                      on_duplicate, parent_id);
+END $$;
+
+CREATE FUNCTION @extschema@.gd_insert_all(fsm text, entries jsonb)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+DECLARE
+    entry jsonb;
+    new_id bigint;
+BEGIN
+    IF entries IS NULL OR jsonb_typeof(entries) <> 'array' THEN
+        PERFORM gd._bad_argument(format('entries must be a JSON array of insert options, got %s',
+                                        coalesce(entries::text, 'NULL')));
+    END IF;
+    FOR entry IN SELECT e FROM jsonb_array_elements(entries) e LOOP
+        new_id := gd._insert_entry(fsm, entry, 'skip');
+        IF new_id IS NOT NULL THEN
+            RETURN NEXT new_id;
+        END IF;
+    END LOOP;
+END $$;
