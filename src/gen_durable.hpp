@@ -79,6 +79,7 @@ struct GdShared {
     LWLock *lock;
     pid_t launcher_pid;
     PGPROC *launcher_proc;
+    pg_atomic_uint32 restart_now;   /* set by CREATE EXTENSION: skip restart back-offs */
     WorkerSlot workers[GD_MAX_WORKERS];
     pg_atomic_uint32 awaiting_backends;
     AwaitSlot await_slots[FLEXIBLE_ARRAY_MEMBER]; /* MaxBackends entries */

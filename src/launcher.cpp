@@ -182,6 +182,7 @@ long reconcile()
     TimestampTz now = GetCurrentTimestamp();
     long next_action_ms = -1;
     covered.assign(plan.size(), false);
+    bool skip_backoff = pg_atomic_exchange_u32(&gd_shared->restart_now, 0) != 0;
 
     for (int i = 0; i < GD_MAX_WORKERS; i++) {
         WorkerSlot &slot = gd_shared->workers[i];
@@ -208,6 +209,8 @@ long reconcile()
         if (stopped && c.handle != nullptr)
             schedule_restart(i, now);
         if (c.handle == nullptr) {
+            if (skip_backoff)
+                c.restart_at = 0;
             if (c.restart_at <= now)
                 start_worker(i);
             if (c.handle == nullptr) {

@@ -52,6 +52,7 @@ void startup_shmem()
             pg_atomic_init_u64(&slot.since, 0);
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
+        pg_atomic_init_u32(&gd_shared->restart_now, 0);
         for (int i = 0; i < MaxBackends; i++)
             pg_atomic_init_u64(&gd_shared->await_slots[i].instance_id, 0);
     }

@@ -61,6 +61,10 @@ void wake_executors()
         for (WorkerSlot &slot : gd_shared->workers)
             if (executor_of_this_database(slot))
                 SetLatch(&slot.proc->procLatch);
+        /* Executors that failed to start (the database was just created) start now. */
+        pg_atomic_write_u32(&gd_shared->restart_now, 1);
+        if (gd_shared->launcher_proc != nullptr)
+            SetLatch(&gd_shared->launcher_proc->procLatch);
     } else {
         for (const PendingWake &wake : pending_wakes)
             wake_queue_executors(wake);
