@@ -112,6 +112,9 @@ SELECT i.id,
   JOIN gd.instances i ON i.id = a.instance_id
   LEFT JOIN shop.ledger c ON c.order_no = o.order_no AND c.step = 'charge'
  ORDER BY o.order_no;
+\echo 'Orders 5, 10, 15 and 20 raised "card network timeout" in their first charge: that attempt'
+\echo 'was rolled back (its ledger row too), and the step ran again 100ms later (charge_attempts = 2).'
+\echo
 
 \echo '== 7. The ledger: exactly one row per order and step, retries included'
 SELECT step, count(*) AS "rows", count(DISTINCT order_no) AS orders,
