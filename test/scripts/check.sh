@@ -12,9 +12,10 @@
 # is always exactly "N passed, M failed"; the exit code is non-zero if M > 0.
 #
 # Conventions for test authors:
-#  - the regress database is gd_regress, shared by all test/sql files, which
-#    run in sorted order: each file does its own CREATE EXTENSION (and cleans
-#    up after itself so the next file can do the same).
+#  - the regress database is gd_regress (see test/pg_test.conf), shared by
+#    all test/sql files, which run in sorted (C collation) order in one
+#    pg_regress invocation; pg_regress does not create the extension, the
+#    tests do (001_setup.sql).
 #  - isolation specs run in "isolation_regression"; create the extension in
 #    the spec's setup.
 #  - TAP tests configure their own nodes (shared_preload_libraries etc.).
@@ -101,7 +102,7 @@ cp "$ROOT/test/pg_test.conf" "$WORK/pg_test.conf"
 # (in postgresql.conf the last occurrence of a setting wins).
 cat "$ROOT/test/pg_test.conf" "$ROOT/test/pg_test_isolation.conf" >"$WORK/pg_test_isolation.conf"
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
-chown -R postgres: "$WORK"
+[[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
 export GD_PG_HOME=$WORK
 cd "$WORK"   # postgres inherits the cwd: it must be one it can enter
 
