@@ -29,6 +29,8 @@ PG_CXXFLAGS = -std=c++17 -Wextra -Wno-unused-parameter -Wno-missing-field-initia
 SHLIB_LINK = -lstdc++
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+# PGXS tracks no header dependencies: rebuild everything when a header changes.
+$(OBJS): $(wildcard src/*.hpp)
 sql/gen_durable--0.1.sql: $(sort $(wildcard sql/src/*.sql))
 	cat $^ > $@
 # Server headers are not ours: include them as system headers to keep their warnings out.

@@ -36,6 +36,8 @@ struct PickedInstance {
     Datum state;
     int attempt;
     char *correlation_key; /* nullptr when none */
+    int64 parent_id;       /* 0 when none */
+    Datum resume;          /* jsonb the step sees in ctx (signals, children, timed_out); 0 when none */
 };
 
 /* Lock up to `limit` runnable in-database steps of the queue, best first;
@@ -46,7 +48,7 @@ TimestampTz gd_next_due(const char *queue);
 
 /* Where an instance goes after a step (transition.cpp). */
 struct Transition {
-    const char *status;      /* runnable | done | failed */
+    const char *status;      /* runnable | awaiting_signal | awaiting_children | done | failed */
     const char *step;
     Datum state;             /* 0: keep the state */
     int attempt;
@@ -54,12 +56,30 @@ struct Transition {
     Datum result;            /* 0: NULL */
     Datum error;             /* 0: NULL */
     bool external;
+    int64 parent_id;         /* the instance's parent (0: none): woken when this one ends */
+    Datum wait_names;        /* awaiting_signal: text[] of names */
+    TimestampTz wait_deadline; /* awaiting_signal: 0 for no timeout */
+    const char *then_step;   /* awaiting_*: the step to resume at */
+    Datum children;          /* awaiting_children: jsonb array of insert options */
 };
 
+/*
+ * Validate a handler's gd.outcome and return the instance's transition;
+ * raises 22023 for a bad outcome (the caller counts it as a failed attempt).
+ */
+Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome);
+/*
+ * Write the transition (one UPDATE, which also clears any lease), then what
+ * follows from it: a wait consumes signals already in the inbox, a spawn
+ * inserts the children, a finished child wakes the reaper to check its parent,
+ * and gd_await callers are woken at commit.
+ */
 void gd_apply_transition(int64 id, const Transition &t);
 /* The transition for a failed attempt: retry after backoff, or fail past max_attempts. */
 Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &def, Datum error,
                                int64 explicit_backoff_us);
+/* A terminal transition: done with a result, or failed with an error. */
+Transition gd_final_transition(const PickedInstance &row, const char *status, Datum result, Datum error);
 /* {"sqlstate", "message", "detail", "step", "attempt"} for an error raised by a step. */
 Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
 
@@ -70,3 +90,7 @@ Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
  * `slot` when given.  Returns how many steps ran (step_runner.cpp).
  */
 int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot);
+
+/* A worker's work inside one round's transaction; each returns the ms to sleep after it. */
+long gd_executor_round(WorkerSlot *slot, const char *queue); /* executor.cpp */
+long gd_reaper_round();                                      /* reaper.cpp */

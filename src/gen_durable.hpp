@@ -109,6 +109,8 @@ void gd_wake_queue_at_commit(const char *queue);
 void gd_wake_database_at_commit();
 /* At commit, wake backends blocked in gd_await on this instance. */
 void gd_wake_awaiters_at_commit(int64 instance_id);
+/* At commit, wake this database's reaper (a child finished: its parent may resume). */
+void gd_wake_reaper_at_commit();
 void gd_register_xact_callback();
 void gd_register_await_cleanup(); /* await.cpp */
 
@@ -118,5 +120,5 @@ void gd_register_launcher();   /* launcher.cpp */
 
 extern "C" {
 PGDLLEXPORT void gd_launcher_main(Datum arg);
-PGDLLEXPORT void gd_executor_main(Datum arg);
+PGDLLEXPORT void gd_worker_main(Datum arg);  /* worker.cpp: executors and reapers */
 }

@@ -1,7 +1,7 @@
 /*
  * launcher.cpp — the one static background worker.  It turns the settings
- * gen_durable.database and gen_durable.queues into a plan (one executor per
- * unit of queue concurrency, per database), starts the planned workers as
+ * gen_durable.database and gen_durable.queues into a plan (per database, one
+ * reaper and one executor per unit of queue concurrency), starts the planned workers as
  * dynamic background workers, stops the ones no longer planned after a
  * reload, and restarts workers that died, backing off when one keeps dying
  * soon after starting (a database that does not exist, say).
@@ -63,7 +63,11 @@ void build_plan()
     char problem[256] = "";
     try {
         std::vector<PlannedWorker> next;
-        for (const std::string &database : gd::parse_database_list(gd_database_setting))
+        for (const std::string &database : gd::parse_database_list(gd_database_setting)) {
+            PlannedWorker reaper{};
+            reaper.kind = WorkerKind::reaper;
+            strlcpy(reaper.database, database.c_str(), NAMEDATALEN);
+            next.push_back(reaper);
             for (const gd::QueueSetting &queue : gd::parse_queue_list(gd_queues_setting))
                 for (int i = 0; i < queue.concurrency; i++) {
                     PlannedWorker worker{};
@@ -73,6 +77,7 @@ void build_plan()
                     worker.queue_index = i;
                     next.push_back(worker);
                 }
+        }
         plan.swap(next);
         return;
     } catch (const std::exception &e) {
@@ -119,9 +124,12 @@ bool start_worker(int index)
     worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
     worker.bgw_restart_time = BGW_NEVER_RESTART;
     strlcpy(worker.bgw_library_name, "gen_durable", BGW_MAXLEN);
-    strlcpy(worker.bgw_function_name, "gd_executor_main", BGW_MAXLEN);
-    snprintf(worker.bgw_name, BGW_MAXLEN, "gen_durable %s %s[%d] %s", kind_name(slot.kind), slot.queue,
-             slot.queue_index, slot.database);
+    strlcpy(worker.bgw_function_name, "gd_worker_main", BGW_MAXLEN);
+    if (slot.kind == WorkerKind::executor)
+        snprintf(worker.bgw_name, BGW_MAXLEN, "gen_durable executor %s[%d] %s", slot.queue, slot.queue_index,
+                 slot.database);
+    else
+        snprintf(worker.bgw_name, BGW_MAXLEN, "gen_durable %s %s", kind_name(slot.kind), slot.database);
     snprintf(worker.bgw_type, BGW_MAXLEN, "gen_durable %s", kind_name(slot.kind));
     worker.bgw_main_arg = gd_worker_arg(index, slot.generation);
     worker.bgw_notify_pid = MyProcPid;

@@ -42,7 +42,7 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     if (pick_plan == nullptr) {
         Oid types[2] = {TEXTOID, INT4OID};
         pick_plan = prepare_kept(
-            "SELECT i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key"
+            "SELECT i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume"
             "  FROM gd.instances i"
             " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND i.eligible_at <= now()"
             "   AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
@@ -70,6 +70,10 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
         row.state = datumCopy(SPI_getbinval(tuple, desc, 5, &isnull), false, -1);
         row.attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
         row.correlation_key = copy_text(tuple, desc, 7);
+        Datum parent_id = SPI_getbinval(tuple, desc, 8, &isnull);
+        row.parent_id = isnull ? 0 : DatumGetInt64(parent_id);
+        Datum resume = SPI_getbinval(tuple, desc, 9, &isnull);
+        row.resume = isnull ? 0 : datumCopy(resume, false, -1);
     }
     MemoryContextSwitchTo(spi_context);
     SPI_freetuptable(SPI_tuptable);

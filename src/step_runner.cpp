@@ -29,11 +29,6 @@ extern "C" {
 
 namespace {
 
-/* gd.outcome's columns, in order. */
-enum OutcomeColumn {
-    OUTCOME_KIND = 1, OUTCOME_STEP, OUTCOME_STATE, OUTCOME_DELAY, OUTCOME_ERROR,
-    OUTCOME_BACKOFF, OUTCOME_RESULT, OUTCOME_SIGNAL_NAMES, OUTCOME_TIMEOUT, OUTCOME_CHILDREN
-};
 constexpr int CONTEXT_COLUMNS = 10;
 
 /* The rows of the batch in hand: a global, so an ERROR's longjmp skips no destructor. */
@@ -43,28 +38,34 @@ Oid context_type = InvalidOid;
 TupleDesc context_desc = nullptr;
 Datum empty_json_array = 0;
 
-int64 interval_usecs(Datum value)
+/* A field of the instance's resume document, or nullptr. */
+JsonbValue *resume_field(const PickedInstance &row, const char *key)
 {
-    const Interval *span = DatumGetIntervalP(value);
-    return span->time + (span->day + static_cast<int64>(span->month) * DAYS_PER_MONTH) * USECS_PER_DAY;
+    if (row.resume == 0)
+        return nullptr;
+    JsonbValue wanted{};
+    wanted.type = jbvString;
+    wanted.val.string.val = const_cast<char *>(key);
+    wanted.val.string.len = static_cast<int>(strlen(key));
+    return findJsonbValueFromContainer(&DatumGetJsonbP(row.resume)->root, JB_FOBJECT, &wanted);
 }
 
-[[noreturn]] void bad_outcome(const PickedInstance &row, const char *problem)
+Datum resume_array(const PickedInstance &row, const char *key)
 {
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("gen_durable: step \"%s\" of FSM \"%s\" returned a bad outcome: %s", row.step, row.fsm,
-                           problem)));
-    pg_unreachable();
+    JsonbValue *value = resume_field(row, key);
+    return value == nullptr ? empty_json_array : JsonbPGetDatum(JsonbValueToJsonb(value));
 }
 
 Datum build_context(const PickedInstance &row, const char *queue)
 {
+    JsonbValue *timed_out = resume_field(row, "timed_out");
     Datum values[CONTEXT_COLUMNS] = {
         Int64GetDatum(row.id),      CStringGetTextDatum(row.fsm),
         Int32GetDatum(row.version), CStringGetTextDatum(row.step),
         Int32GetDatum(row.attempt), row.correlation_key ? CStringGetTextDatum(row.correlation_key) : 0,
-        empty_json_array,           empty_json_array,
-        BoolGetDatum(false),        CStringGetTextDatum(queue)};
+        resume_array(row, "signals"), resume_array(row, "children"),
+        BoolGetDatum(timed_out != nullptr && timed_out->type == jbvBool && timed_out->val.boolean),
+        CStringGetTextDatum(queue)};
     bool nulls[CONTEXT_COLUMNS] = {};
     nulls[5] = row.correlation_key == nullptr;
     return HeapTupleGetDatum(heap_form_tuple(context_desc, values, nulls));
@@ -94,77 +95,10 @@ HeapTupleHeader call_handler(const PickedInstance &row, const StepDefinition &de
     SetUserIdAndSecContext(saved_user, saved_security);
 
     if (fcinfo->isnull)
-        bad_outcome(row, "the handler returned NULL");
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: step \"%s\" of FSM \"%s\" returned a bad outcome: the handler returned NULL",
+                               row.step, row.fsm)));
     return DatumGetHeapTupleHeader(outcome);
-}
-
-Datum outcome_field(HeapTupleHeader outcome, OutcomeColumn column, bool *isnull)
-{
-    return GetAttributeByNum(outcome, column, isnull);
-}
-
-/* Turn a handler's outcome into the instance's transition; a bad outcome raises 22023. */
-Transition interpret_outcome(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome)
-{
-    bool isnull;
-    Datum kind_datum = outcome_field(outcome, OUTCOME_KIND, &isnull);
-    if (isnull)
-        bad_outcome(row, "the outcome has no kind; build it with gd_next, gd_retry, gd_done or gd_stop");
-    char *kind = TextDatumGetCString(kind_datum);
-
-    Transition t{};
-    t.step = row.step;
-    t.attempt = 1;
-    t.eligible_at = GetCurrentTimestamp();
-    if (strcmp(kind, "next") == 0) {
-        Datum step = outcome_field(outcome, OUTCOME_STEP, &isnull);
-        if (isnull)
-            bad_outcome(row, "gd_next without a step");
-        t.step = TextDatumGetCString(step);
-        const StepDefinition *next = gd_find_step(row.fsm, row.version, t.step);
-        if (next == nullptr)
-            bad_outcome(row, psprintf("gd_next to unknown step \"%s\"", t.step));
-        t.state = outcome_field(outcome, OUTCOME_STATE, &isnull);
-        if (isnull)
-            t.state = 0;
-        Datum delay = outcome_field(outcome, OUTCOME_DELAY, &isnull);
-        int64 delay_us = isnull ? 0 : interval_usecs(delay);
-        if (delay_us < 0)
-            bad_outcome(row, "gd_next with a negative delay");
-        t.status = "runnable";
-        t.eligible_at += delay_us;
-        t.external = next->handler == InvalidOid;
-        return t;
-    }
-    if (strcmp(kind, "retry") == 0) {
-        Datum error = outcome_field(outcome, OUTCOME_ERROR, &isnull);
-        Datum error_json = isnull ? DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")) : error;
-        Datum backoff = outcome_field(outcome, OUTCOME_BACKOFF, &isnull);
-        int64 backoff_us = isnull ? -1 : interval_usecs(backoff);
-        if (!isnull && backoff_us < 0)
-            bad_outcome(row, "gd_retry with a negative backoff");
-        return gd_retry_transition(row, def, error_json, backoff_us);
-    }
-    if (strcmp(kind, "done") == 0) {
-        t.status = "done";
-        t.attempt = row.attempt;
-        t.result = outcome_field(outcome, OUTCOME_RESULT, &isnull);
-        if (isnull)
-            t.result = DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
-        return t;
-    }
-    if (strcmp(kind, "stop") == 0) {
-        t.status = "failed";
-        t.attempt = row.attempt;
-        t.error = outcome_field(outcome, OUTCOME_ERROR, &isnull);
-        if (isnull)
-            t.error = DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
-        return t;
-    }
-    if (strcmp(kind, "await") == 0 || strcmp(kind, "schedule_childs") == 0)
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("gen_durable: outcome kind \"%s\" is not supported by this version", kind)));
-    bad_outcome(row, psprintf("unknown outcome kind \"%s\"", kind));
 }
 
 } // namespace
@@ -199,25 +133,16 @@ void run_step(const PickedInstance &row, const char *queue)
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
     if (found == nullptr) {
         /* The definition was dropped under a live instance: fail it rather than spin. */
-        Transition t{};
-        t.status = "failed";
-        t.step = row.step;
-        t.attempt = row.attempt;
-        t.eligible_at = GetCurrentTimestamp();
-        t.error = DirectFunctionCall1(
+        Datum error = DirectFunctionCall1(
             jsonb_in, CStringGetDatum(psprintf("{\"sqlstate\": \"42704\", \"message\": \"gen_durable: step is no "
                                                "longer defined\", \"attempt\": %d}", row.attempt)));
-        gd_apply_transition(row.id, t);
+        gd_apply_transition(row.id, gd_final_transition(row, "failed", 0, error));
         return;
     }
     const StepDefinition def = *found; /* the cache may be emptied while the handler runs */
     if (def.handler == InvalidOid) {
         /* Now an external step (redefined): hand it to external workers. */
-        Transition t{};
-        t.status = "runnable";
-        t.step = row.step;
-        t.attempt = row.attempt;
-        t.eligible_at = GetCurrentTimestamp();
+        Transition t = gd_final_transition(row, "runnable", 0, 0);
         t.external = true;
         gd_apply_transition(row.id, t);
         return;
@@ -230,7 +155,7 @@ void run_step(const PickedInstance &row, const char *queue)
     PG_TRY();
     {
         HeapTupleHeader outcome = call_handler(row, def, queue);
-        gd_apply_transition(row.id, interpret_outcome(row, def, outcome));
+        gd_apply_transition(row.id, gd_outcome_transition(row, def, outcome));
         ReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(round_context);
         CurrentResourceOwner = round_owner;
@@ -263,7 +188,6 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
         if (slot != nullptr)
             gd_worker_set_activity(slot, row.id);
         run_step(row, queue);
-        gd_wake_awaiters_at_commit(row.id);
         CHECK_FOR_INTERRUPTS();
     }
     batch.clear();

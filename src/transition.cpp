@@ -1,20 +1,85 @@
 /*
- * transition.cpp — writing where an instance goes after a step: the next
- * step, a retry after exponential backoff, or a terminal status.  One kept
- * UPDATE plan writes every kind of transition, in the same transaction as
- * the step's own effects.
+ * transition.cpp — where an instance goes after a step.  A handler's
+ * gd.outcome is validated and turned into a Transition (next step, retry
+ * after exponential backoff, a wait for signals, a spawn of children, or a
+ * terminal status); one kept UPDATE plan writes every kind, in the same
+ * transaction as the step's own effects.  In-database steps and external
+ * completions share this path.
  */
 #include "executor.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"
+#include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 }
 
 namespace {
 
+/* gd.outcome's columns, in order. */
+enum OutcomeColumn {
+    OUTCOME_KIND = 1, OUTCOME_STEP, OUTCOME_STATE, OUTCOME_DELAY, OUTCOME_ERROR,
+    OUTCOME_BACKOFF, OUTCOME_RESULT, OUTCOME_SIGNAL_NAMES, OUTCOME_TIMEOUT, OUTCOME_CHILDREN
+};
+
 SPIPlanPtr update_plan = nullptr;
+SPIPlanPtr wake_if_signalled_plan = nullptr;
+SPIPlanPtr spawn_plan = nullptr;
+
+int64 interval_usecs(Datum value)
+{
+    const Interval *span = DatumGetIntervalP(value);
+    return span->time + (span->day + static_cast<int64>(span->month) * DAYS_PER_MONTH) * USECS_PER_DAY;
+}
+
+[[noreturn]] void bad_outcome(const PickedInstance &row, const char *problem)
+{
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("gen_durable: step \"%s\" of FSM \"%s\" returned a bad outcome: %s", row.step, row.fsm,
+                           problem)));
+    pg_unreachable();
+}
+
+
+Datum empty_object()
+{
+    return DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+}
+
+SPIPlanPtr prepare_kept(const char *sql, int nargs, Oid *types)
+{
+    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+    if (plan == nullptr)
+        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+    SPI_keepplan(plan);
+    return plan;
+}
+
+/* Run a kept one-bigint-plus-optional-jsonb call such as gd._spawn_children(id, children). */
+void call_follow_up(SPIPlanPtr plan, int64 id, Datum extra)
+{
+    Datum args[2] = {Int64GetDatum(id), extra};
+    if (SPI_execute_plan(plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: follow-up of the transition of instance " INT64_FORMAT " failed", id);
+}
+
+/* The step to resume at after a wait: the named one (which must exist) or the same step. */
+const char *resume_step(const PickedInstance &row, HeapTupleHeader outcome, bool required)
+{
+    bool isnull;
+    Datum step = GetAttributeByNum(outcome, OUTCOME_STEP, &isnull);
+    if (isnull) {
+        if (required)
+            bad_outcome(row, "gd_spawn without a then_step");
+        return row.step;
+    }
+    const char *name = TextDatumGetCString(step);
+    if (gd_find_step(row.fsm, row.version, name) == nullptr)
+        bad_outcome(row, psprintf("resume at unknown step \"%s\"", name));
+    return name;
+}
 
 void append_json_field(StringInfo json, const char *key, const char *value, bool first = false)
 {
@@ -30,41 +95,145 @@ void append_json_field(StringInfo json, const char *key, const char *value, bool
 
 } // namespace
 
+Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome)
+{
+    bool isnull;
+    Datum kind_datum = GetAttributeByNum(outcome, OUTCOME_KIND, &isnull);
+    if (isnull)
+        bad_outcome(row, "the outcome has no kind; build it with gd_next, gd_retry, gd_done or gd_stop");
+    char *kind = TextDatumGetCString(kind_datum);
+
+    Transition t{};
+    t.step = row.step;
+    t.attempt = 1;
+    t.eligible_at = GetCurrentTimestamp();
+    if (strcmp(kind, "next") == 0) {
+        Datum step = GetAttributeByNum(outcome, OUTCOME_STEP, &isnull);
+        if (isnull)
+            bad_outcome(row, "gd_next without a step");
+        t.step = TextDatumGetCString(step);
+        const StepDefinition *next = gd_find_step(row.fsm, row.version, t.step);
+        if (next == nullptr)
+            bad_outcome(row, psprintf("gd_next to unknown step \"%s\"", t.step));
+        t.state = GetAttributeByNum(outcome, OUTCOME_STATE, &isnull);
+        if (isnull)
+            t.state = 0;
+        Datum delay = GetAttributeByNum(outcome, OUTCOME_DELAY, &isnull);
+        int64 delay_us = isnull ? 0 : interval_usecs(delay);
+        if (delay_us < 0)
+            bad_outcome(row, "gd_next with a negative delay");
+        t.status = "runnable";
+        t.eligible_at += delay_us;
+        t.external = next->handler == InvalidOid;
+        return t;
+    }
+    if (strcmp(kind, "retry") == 0) {
+        Datum error = GetAttributeByNum(outcome, OUTCOME_ERROR, &isnull);
+        Datum error_json = isnull ? empty_object() : error;
+        Datum backoff = GetAttributeByNum(outcome, OUTCOME_BACKOFF, &isnull);
+        int64 backoff_us = isnull ? -1 : interval_usecs(backoff);
+        if (!isnull && backoff_us < 0)
+            bad_outcome(row, "gd_retry with a negative backoff");
+        return gd_retry_transition(row, def, error_json, backoff_us);
+    }
+    if (strcmp(kind, "done") == 0) {
+        Datum result = GetAttributeByNum(outcome, OUTCOME_RESULT, &isnull);
+        return gd_final_transition(row, "done", isnull ? empty_object() : result, 0);
+    }
+    if (strcmp(kind, "stop") == 0) {
+        Datum error = GetAttributeByNum(outcome, OUTCOME_ERROR, &isnull);
+        return gd_final_transition(row, "failed", 0, isnull ? empty_object() : error);
+    }
+    if (strcmp(kind, "await") == 0) {
+        t.status = "awaiting_signal";
+        t.then_step = resume_step(row, outcome, false);
+        t.wait_names = GetAttributeByNum(outcome, OUTCOME_SIGNAL_NAMES, &isnull);
+        if (isnull || ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(t.wait_names)),
+                                     ARR_DIMS(DatumGetArrayTypeP(t.wait_names))) == 0)
+            bad_outcome(row, "gd_wait_signal needs at least one signal name");
+        Datum timeout = GetAttributeByNum(outcome, OUTCOME_TIMEOUT, &isnull);
+        if (!isnull) {
+            int64 timeout_us = interval_usecs(timeout);
+            if (timeout_us < 0)
+                bad_outcome(row, "gd_wait_signal with a negative timeout");
+            t.wait_deadline = t.eligible_at + timeout_us;
+        }
+        t.state = GetAttributeByNum(outcome, OUTCOME_STATE, &isnull);
+        if (isnull)
+            t.state = 0;
+        return t;
+    }
+    if (strcmp(kind, "schedule_childs") == 0) {
+        t.status = "awaiting_children";
+        t.then_step = resume_step(row, outcome, true);
+        t.children = GetAttributeByNum(outcome, OUTCOME_CHILDREN, &isnull);
+        if (isnull)
+            bad_outcome(row, "gd_spawn without children");
+        t.state = GetAttributeByNum(outcome, OUTCOME_STATE, &isnull);
+        if (isnull)
+            t.state = 0;
+        return t;
+    }
+    bad_outcome(row, psprintf("unknown outcome kind \"%s\"", kind));
+}
+
+Transition gd_final_transition(const PickedInstance &row, const char *status, Datum result, Datum error)
+{
+    Transition t{};
+    t.status = status;
+    t.step = row.step;
+    t.attempt = row.attempt;
+    t.eligible_at = GetCurrentTimestamp();
+    t.result = result;
+    t.error = error;
+    t.parent_id = row.parent_id;
+    return t;
+}
+
 void gd_apply_transition(int64 id, const Transition &t)
 {
     if (update_plan == nullptr) {
-        Oid types[9] = {INT8OID, TEXTOID, TEXTOID, JSONBOID, INT4OID, TIMESTAMPTZOID, JSONBOID, JSONBOID, BOOLOID};
-        update_plan = SPI_prepare("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
-                                  "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
-                                  "       updated_at = clock_timestamp(),"
-                                  "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
-                                  "                          THEN clock_timestamp() END"
-                                  " WHERE id = $1",
-                                  9, types);
-        if (update_plan == nullptr)
-            elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-        SPI_keepplan(update_plan);
+        Oid types[12] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,      INT4OID,       TIMESTAMPTZOID,
+                         JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID};
+        update_plan = prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
+                                   "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
+                                   "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
+                                   "       resume = NULL, lease_owner = NULL, lease_token = NULL,"
+                                   "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
+                                   "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
+                                   "                          THEN clock_timestamp() END"
+                                   " WHERE id = $1",
+                                   12, types);
+        Oid follow_up_types[2] = {INT8OID, JSONBOID};
+        wake_if_signalled_plan = prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
+        spawn_plan = prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
     }
-    Datum args[9] = {Int64GetDatum(id),          CStringGetTextDatum(t.status), CStringGetTextDatum(t.step),
-                     t.state,                    Int32GetDatum(t.attempt),      TimestampTzGetDatum(t.eligible_at),
-                     t.result,                   t.error,                       BoolGetDatum(t.external)};
-    char nulls[9] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' '};
+    Datum args[12] = {Int64GetDatum(id),   CStringGetTextDatum(t.status),
+                      CStringGetTextDatum(t.step), t.state,
+                      Int32GetDatum(t.attempt),    TimestampTzGetDatum(t.eligible_at),
+                      t.result,            t.error,
+                      BoolGetDatum(t.external),    t.wait_names,
+                      TimestampTzGetDatum(t.wait_deadline), t.then_step ? CStringGetTextDatum(t.then_step) : 0};
+    char nulls[12] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' ',
+                      t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n'};
     if (SPI_execute_plan(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
+
+    if (strcmp(t.status, "awaiting_signal") == 0)
+        call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */
+    else if (strcmp(t.status, "awaiting_children") == 0)
+        call_follow_up(spawn_plan, id, t.children);
+    else if (t.parent_id != 0 && (strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0))
+        gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
+    gd_wake_awaiters_at_commit(id);
 }
 
 Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &def, Datum error,
                                int64 explicit_backoff_us)
 {
-    Transition t{};
-    t.step = row.step;
-    t.error = error;
-    t.eligible_at = GetCurrentTimestamp();
-    if (row.attempt >= def.max_attempts) {
-        t.status = "failed";
-        t.attempt = row.attempt;
-        return t;
-    }
+    if (row.attempt >= def.max_attempts)
+        return gd_final_transition(row, "failed", 0, error);
+    Transition t = gd_final_transition(row, "runnable", 0, error);
     int64 delay_us = explicit_backoff_us;
     if (delay_us < 0) {
         /* backoff * 2^(attempt-1), capped; the shift is bounded so it cannot overflow */

@@ -3,7 +3,8 @@
  * makes an instance runnable records its queue here; when the transaction
  * commits, the transaction callback sets the latch of enough executors of
  * that queue in this database (idle ones first), so new work starts in
- * milliseconds rather than at the next poll.  Likewise whatever changes an
+ * milliseconds rather than at the next poll; a finished child wakes the
+ * reaper, which resumes its parent.  Likewise whatever changes an
  * instance records its id, and at commit the backends blocked in gd_await on
  * it are woken.  Nothing is woken on abort.
  */
@@ -31,6 +32,7 @@ struct PendingWake {
 boost::container::small_vector<PendingWake, 4> pending_wakes;
 bool pending_database_wake = false;
 boost::container::small_vector<int64, 64> pending_awaited;
+bool pending_reaper_wake = false;
 
 bool executor_of_this_database(const WorkerSlot &slot)
 {
@@ -54,9 +56,13 @@ void wake_queue_executors(const PendingWake &wake)
     }
 }
 
-void wake_executors()
+void wake_workers()
 {
     LWLockAcquire(gd_shared->lock, LW_SHARED);
+    if (pending_reaper_wake)
+        for (WorkerSlot &slot : gd_shared->workers)
+            if (slot.kind == WorkerKind::reaper && slot.proc != nullptr && slot.database_oid == MyDatabaseId)
+                SetLatch(&slot.proc->procLatch);
     if (pending_database_wake) {
         for (WorkerSlot &slot : gd_shared->workers)
             if (executor_of_this_database(slot))
@@ -96,8 +102,8 @@ void on_transaction_end(XactEvent event, void *)
     case XACT_EVENT_PARALLEL_COMMIT:
         if (gd_shared == nullptr)
             break;
-        if (!pending_wakes.empty() || pending_database_wake)
-            wake_executors();
+        if (!pending_wakes.empty() || pending_database_wake || pending_reaper_wake)
+            wake_workers();
         if (!pending_awaited.empty())
             wake_awaiters();
         break;
@@ -111,6 +117,7 @@ void on_transaction_end(XactEvent event, void *)
     pending_wakes.clear();
     pending_database_wake = false;
     pending_awaited.clear();
+    pending_reaper_wake = false;
 }
 
 } // namespace
@@ -138,6 +145,11 @@ void gd_wake_database_at_commit()
     pending_database_wake = true;
 }
 
+void gd_wake_reaper_at_commit()
+{
+    pending_reaper_wake = true;
+}
+
 void gd_wake_awaiters_at_commit(int64 instance_id)
 {
     if (pending_awaited.empty() || pending_awaited.back() != instance_id)
@@ -149,6 +161,7 @@ extern "C" {
 PG_FUNCTION_INFO_V1(gd_wake_on_commit);
 PG_FUNCTION_INFO_V1(gd_wake_database_on_commit);
 PG_FUNCTION_INFO_V1(gd_wake_awaiters_on_commit);
+PG_FUNCTION_INFO_V1(gd_wake_reaper_on_commit);
 
 /* gd._wake_on_commit(queue text): the caller made a row of this queue runnable. */
 Datum gd_wake_on_commit(PG_FUNCTION_ARGS)
@@ -172,4 +185,11 @@ Datum gd_wake_awaiters_on_commit(PG_FUNCTION_ARGS)
     gd_wake_awaiters_at_commit(PG_GETARG_INT64(0));
     PG_RETURN_VOID();
 }
+}
+
+/* gd._wake_reaper_on_commit(): the caller ended a child instance. */
+extern "C" Datum gd_wake_reaper_on_commit(PG_FUNCTION_ARGS)
+{
+    gd_wake_reaper_at_commit();
+    PG_RETURN_VOID();
 }

@@ -65,7 +65,13 @@ CREATE TABLE gd.instances (
     attempt           int NOT NULL DEFAULT 1,
     result            jsonb,
     error             jsonb,
-    parent_id         bigint,
+    parent_id         bigint,             -- spawned by this instance
+    -- While parked: the signal names awaited, the deadline, and the step to resume at.
+    wait_names        text[],
+    wait_deadline     timestamptz,
+    wait_then_step    text,
+    -- What the next step sees in ctx: {"signals": [...]}, {"timed_out": true} or {"children": [...]}.
+    resume            jsonb,
     lease_owner       text,
     lease_token       bigint,
     lease_expires_at  timestamptz,
@@ -87,6 +93,26 @@ CREATE INDEX instances_due ON gd.instances (queue, external, eligible_at)
 CREATE UNIQUE INDEX instances_correlation ON gd.instances (correlation_key)
     WHERE correlation_held;
 CREATE INDEX instances_parent ON gd.instances (parent_id) WHERE parent_id IS NOT NULL;
+-- Is any child of a parent still live: one probe, however many children are done.
+CREATE INDEX instances_live_children ON gd.instances (parent_id)
+    WHERE parent_id IS NOT NULL AND status IN ('runnable', 'executing', 'awaiting_signal', 'awaiting_children');
+-- The reaper's timed waits, soonest first.
+CREATE INDEX instances_wait_deadline ON gd.instances (wait_deadline)
+    WHERE status = 'awaiting_signal' AND wait_deadline IS NOT NULL;
+CREATE INDEX instances_awaiting_children ON gd.instances (id) WHERE status = 'awaiting_children';
+
+-- Each instance's durable inbox.  A signal is consumed by the wait it wakes.
+CREATE TABLE gd.signals (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    instance_id  bigint NOT NULL,
+    name         text NOT NULL,
+    payload      jsonb NOT NULL DEFAULT '{}',
+    dedup_key    text,
+    delivered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    consumed_at  timestamptz
+);
+CREATE UNIQUE INDEX signals_dedup ON gd.signals (instance_id, dedup_key) WHERE dedup_key IS NOT NULL;
+CREATE INDEX signals_pending ON gd.signals (instance_id, id) WHERE consumed_at IS NULL;
 
 -- ---------------------------------------------------------------------------
 -- Step context and outcomes

@@ -16,6 +16,8 @@ CREATE FUNCTION gd._engine_loaded() RETURNS boolean
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_engine_loaded';
 CREATE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_awaiters_on_commit';
+CREATE FUNCTION gd._wake_reaper_on_commit() RETURNS void
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_reaper_on_commit';
 -- Runs steps in the calling session as an executor would; handlers run as
 -- their FSM's owner, so only superusers may call it.
 CREATE FUNCTION gd._execute(queue text, max int DEFAULT 1) RETURNS int

@@ -116,6 +116,36 @@ BEGIN
                NULL, NULL, NULL, NULL)::gd.outcome;
 END $$;
 
+CREATE FUNCTION @extschema@.gd_wait_signal(names text[], timeout interval DEFAULT NULL, then_step text DEFAULT NULL,
+                                           state jsonb DEFAULT NULL)
+RETURNS gd.outcome LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF names IS NULL OR cardinality(names) = 0 OR array_position(names, NULL) IS NOT NULL THEN
+        PERFORM gd._bad_argument(format('gd_wait_signal needs signal names, got %s', coalesce(names::text, 'NULL')));
+    END IF;
+    IF state IS NOT NULL AND jsonb_typeof(state) <> 'object' THEN
+        PERFORM gd._bad_argument(format('state must be a JSON object, got %s', state));
+    END IF;
+    RETURN ROW('await', then_step, state, NULL, NULL, NULL, NULL, names, gd._check_interval(timeout, 'timeout'),
+               NULL)::gd.outcome;
+END $$;
+
+CREATE FUNCTION @extschema@.gd_spawn(children jsonb, then_step text, state jsonb DEFAULT NULL)
+RETURNS gd.outcome LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF children IS NULL OR jsonb_typeof(children) <> 'array' THEN
+        PERFORM gd._bad_argument(format('gd_spawn needs a JSON array of insert options, got %s',
+                                        coalesce(children::text, 'NULL')));
+    END IF;
+    IF then_step IS NULL OR then_step = '' THEN
+        PERFORM gd._bad_argument('gd_spawn needs a then_step');
+    END IF;
+    IF state IS NOT NULL AND jsonb_typeof(state) <> 'object' THEN
+        PERFORM gd._bad_argument(format('state must be a JSON object, got %s', state));
+    END IF;
+    RETURN ROW('schedule_childs', then_step, state, NULL, NULL, NULL, NULL, NULL, NULL, children)::gd.outcome;
+END $$;
+
 CREATE FUNCTION @extschema@.gd_done(result jsonb DEFAULT '{}')
 RETURNS gd.outcome LANGUAGE sql IMMUTABLE
 AS $$ SELECT ROW('done', NULL, NULL, NULL, NULL, NULL, coalesce(result, '{}'), NULL, NULL, NULL)::gd.outcome $$;

@@ -1,0 +1,178 @@
+-- ---------------------------------------------------------------------------
+-- Signals, waits, child fan-out and operations on instances
+-- ---------------------------------------------------------------------------
+
+-- A parked instance consumes the pending signals it waits for and resumes.
+-- The caller holds the instance's row lock (the step that parked it, or
+-- gd_signal), so no signal can slip between the check and the park.
+CREATE FUNCTION gd._wake_if_signalled(instance_id bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    parked gd.instances;
+    consumed jsonb;
+BEGIN
+    SELECT * INTO parked FROM gd.instances i WHERE i.id = instance_id;
+    IF parked.status IS DISTINCT FROM 'awaiting_signal' THEN
+        RETURN false;
+    END IF;
+    WITH taken AS (
+        UPDATE gd.signals s SET consumed_at = clock_timestamp()
+         WHERE s.instance_id = parked.id AND s.consumed_at IS NULL AND s.name = ANY (parked.wait_names)
+        RETURNING s.id, s.name, s.payload, s.dedup_key, s.delivered_at)
+    SELECT jsonb_agg(jsonb_build_object('name', t.name, 'payload', t.payload, 'dedup_key', t.dedup_key,
+                                        'delivered_at', t.delivered_at) ORDER BY t.id)
+      INTO consumed FROM taken t;
+    IF consumed IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM gd._resume(parked, jsonb_build_object('signals', consumed));
+    RETURN true;
+END $$;
+
+CREATE FUNCTION @extschema@.gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
+                                      dedup_key text DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    inst gd.instances;
+    stored bigint;
+BEGIN
+    IF name IS NULL OR name = '' THEN
+        PERFORM gd._bad_argument('a signal needs a name');
+    END IF;
+    IF payload IS NULL THEN
+        PERFORM gd._bad_argument(format('payload of signal %L must not be NULL', name));
+    END IF;
+    -- Waits for a step in progress on the instance: it may be about to park.
+    SELECT * INTO inst FROM gd.instances i WHERE i.id = target FOR UPDATE;
+    IF NOT FOUND OR NOT inst.status = ANY (gd._live_statuses()) THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = format('gen_durable: signal %L: instance %s is not a live instance', name, target),
+            DETAIL = CASE WHEN FOUND THEN format('It is %s.', inst.status) ELSE 'It does not exist.' END;
+    END IF;
+    INSERT INTO gd.signals AS s (instance_id, name, payload, dedup_key)
+    VALUES (inst.id, name, payload, dedup_key)
+    ON CONFLICT (instance_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING s.id INTO stored;
+    IF stored IS NULL THEN
+        RETURN false;      -- this dedup_key was already delivered to this instance
+    END IF;
+    IF inst.status = 'awaiting_signal' AND name = ANY (inst.wait_names) THEN
+        PERFORM gd._wake_if_signalled(inst.id);
+    END IF;
+    RETURN true;
+END $$;
+
+-- Signal by correlation key: the instance holding the key in its scope.
+CREATE FUNCTION @extschema@.gd_signal(target text, name text, payload jsonb DEFAULT '{}',
+                                      dedup_key text DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    holder bigint;
+BEGIN
+    SELECT i.id INTO holder FROM gd.instances i WHERE i.correlation_key = target AND i.correlation_held;
+    IF holder IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = format('gen_durable: signal %L: no live instance holds correlation key %L', name, target);
+    END IF;
+    RETURN @extschema@.gd_signal(holder, name, payload, dedup_key);
+END $$;
+
+-- A spawn: insert the children (each an insert option object with an fsm)
+-- under the parked parent.  No children: the parent resumes at once.
+CREATE FUNCTION gd._spawn_children(parent_id bigint, children jsonb) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    child jsonb;
+    spawned int := 0;
+BEGIN
+    IF children IS NULL OR jsonb_typeof(children) <> 'array' THEN
+        PERFORM gd._bad_argument(format('gd_spawn needs a JSON array of insert options, got %s',
+                                        coalesce(children::text, 'NULL')));
+    END IF;
+    FOR child IN SELECT c FROM jsonb_array_elements(children) c LOOP
+        IF jsonb_typeof(child) = 'object' AND NOT child ? 'fsm' THEN
+            PERFORM gd._bad_argument(format('each child needs an fsm, got %s', child));
+        END IF;
+        PERFORM gd._insert_entry(NULL, child, 'error', parent_id);
+        spawned := spawned + 1;
+    END LOOP;
+    IF spawned = 0 THEN
+        PERFORM gd._resume_parents(ARRAY[parent_id]);
+    END IF;
+    RETURN spawned;
+END $$;
+
+-- Cancel a live instance and its live descendants.
+CREATE FUNCTION @extschema@.gd_cancel(id bigint, reason text DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    target gd.instances;
+    ended bigint;
+BEGIN
+    SELECT * INTO target FROM gd.instances i WHERE i.id = gd_cancel.id FOR UPDATE;
+    IF NOT FOUND OR NOT target.status = ANY (gd._live_statuses()) THEN
+        RETURN false;
+    END IF;
+    FOR ended IN
+        WITH RECURSIVE tree AS (
+            SELECT target.id AS id
+            UNION ALL
+            SELECT c.id FROM gd.instances c JOIN tree t ON c.parent_id = t.id
+             WHERE c.status = ANY (gd._live_statuses()))
+        UPDATE gd.instances i
+           SET status = 'cancelled', error = jsonb_build_object('cancelled', coalesce(reason, '')),
+               wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,
+               lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+               finished_at = clock_timestamp(), updated_at = clock_timestamp()
+          FROM tree
+         WHERE i.id = tree.id AND i.status = ANY (gd._live_statuses())
+        RETURNING i.id
+    LOOP
+        PERFORM gd._wake_awaiters_on_commit(ended);
+    END LOOP;
+    IF target.parent_id IS NOT NULL THEN
+        PERFORM gd._wake_reaper_on_commit();   -- a cancelled child counts as ended
+    END IF;
+    RETURN true;
+END $$;
+
+-- A failed instance runs again at the step that failed, attempts reset.
+CREATE FUNCTION @extschema@.gd_retry(id bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    revived gd.instances;
+BEGIN
+    UPDATE gd.instances i
+       SET status = 'runnable', attempt = 1, error = NULL, result = NULL, finished_at = NULL,
+           eligible_at = clock_timestamp(), updated_at = clock_timestamp()
+     WHERE i.id = gd_retry.id AND i.status = 'failed'
+    RETURNING * INTO revived;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM gd._wake_on_commit(revived.queue);
+    PERFORM gd._wake_awaiters_on_commit(revived.id);
+    RETURN true;
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+        MESSAGE = format('gen_durable: instance %s cannot run again: its correlation key is taken', id);
+END $$;
+
+CREATE FUNCTION gd._set_paused(queue_name text, pause boolean) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM gd._known_queue(queue_name);
+    UPDATE gd.queues q SET paused = pause WHERE q.name = queue_name AND q.paused <> pause;
+    IF FOUND AND NOT pause THEN
+        PERFORM gd._wake_on_commit(queue_name);
+    END IF;
+    RETURN FOUND;
+END $$;
+
+-- Stop (or restart) picking steps of a queue; steps in flight finish. True if it changed.
+CREATE FUNCTION @extschema@.gd_pause(queue text) RETURNS boolean
+LANGUAGE sql AS $$ SELECT gd._set_paused(queue, true) $$;
+CREATE FUNCTION @extschema@.gd_resume(queue text) RETURNS boolean
+LANGUAGE sql AS $$ SELECT gd._set_paused(queue, false) $$;

@@ -1,0 +1,206 @@
+-- ---------------------------------------------------------------------------
+-- External workers: claims, leases, NOTIFY gd_work
+-- ---------------------------------------------------------------------------
+-- A step without a handler is run by a worker outside the database.  The
+-- worker claims it (gd_claim): the row becomes `executing` under a lease
+-- owned by a fresh token.  The worker completes it with an outcome
+-- (gd_complete), extends the lease while it works (gd_heartbeat), or hands it
+-- back unrun (gd_release).  The reaper reclaims leases that expire
+-- (gd._expire_leases): the step is runnable again and the attempt counted.
+--
+-- Workers LISTEN on channel gd_work: at the commit of whatever makes external
+-- work runnable now, the engine sends NOTIFY gd_work, '<queue>' (at most once
+-- per transaction and queue).  Triggers on gd.instances and gd.queues see
+-- every such change, whichever path makes it; work scheduled for later is
+-- announced by the reaper when it comes due.  Executors are never woken
+-- through NOTIFY.
+
+-- Each claim's lease token: a token names one claim, never reused.
+CREATE SEQUENCE gd.lease_tokens;
+
+-- gd_claim's pick: runnable external steps of a queue, best first.
+CREATE INDEX instances_claim ON gd.instances (queue, priority, eligible_at, id)
+    WHERE status = 'runnable' AND external;
+-- The reaper: leases soonest to expire, and external work soonest to come due.
+CREATE INDEX instances_lease ON gd.instances (lease_expires_at) WHERE status = 'executing';
+CREATE INDEX instances_external_due ON gd.instances (eligible_at) WHERE status = 'runnable' AND external;
+
+-- Up to when the reaper has announced scheduled external work (one row).
+CREATE TABLE gd.external_due_announced (until timestamptz NOT NULL);
+CREATE UNIQUE INDEX external_due_announced_one_row ON gd.external_due_announced ((true));
+INSERT INTO gd.external_due_announced VALUES ('-infinity');
+
+-- ---------------------------------------------------------------------------
+-- NOTIFY gd_work at commit (implemented in C++: src/notify.cpp)
+-- ---------------------------------------------------------------------------
+
+-- NOTIFY gd_work, queue when the transaction commits (once per queue).
+CREATE FUNCTION gd._notify_work_on_commit(queue text) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_notify_work_on_commit';
+-- Row trigger: the row is runnable external work; announced at commit if it
+-- is eligible by then, otherwise by the reaper when it comes due.
+CREATE FUNCTION gd._external_work_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_external_work_changed';
+
+CREATE TRIGGER external_work_inserted AFTER INSERT ON gd.instances
+    FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external)
+    EXECUTE FUNCTION gd._external_work_changed();
+CREATE TRIGGER external_work_updated AFTER UPDATE ON gd.instances
+    FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external
+                       AND (OLD.status <> 'runnable' OR NOT OLD.external OR OLD.eligible_at <> NEW.eligible_at))
+    EXECUTE FUNCTION gd._external_work_changed();
+-- A resumed queue: its external work can be claimed again.
+CREATE TRIGGER external_queue_resumed AFTER UPDATE ON gd.queues
+    FOR EACH ROW WHEN (OLD.paused AND NOT NEW.paused)
+    EXECUTE FUNCTION gd._external_work_changed();
+
+-- ---------------------------------------------------------------------------
+-- The worker's API
+-- ---------------------------------------------------------------------------
+
+-- gen_durable.lease, the default lease of a claim.
+CREATE FUNCTION gd._default_lease() RETURNS interval LANGUAGE sql STABLE
+    AS $$ SELECT coalesce(current_setting('gen_durable.lease', true), '30s')::interval $$;
+
+CREATE FUNCTION gd._check_lease(value interval, what text) RETURNS interval
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF value <= interval '0' THEN
+        PERFORM gd._bad_argument(format('%s must be a positive interval, got %s', what, value));
+    END IF;
+    RETURN value;
+END $$;
+
+CREATE FUNCTION gd._check_claim(id bigint, lease_token bigint) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF id IS NULL OR lease_token IS NULL THEN
+        PERFORM gd._bad_argument('a claim is named by an instance id and its lease token, got NULL');
+    END IF;
+END $$;
+
+-- Claim up to `max` runnable external steps of a queue, best first (priority,
+-- then eligibility, then id), skipping rows other claimers hold.  They are
+-- `executing` under a lease of `lease` (default gen_durable.lease) when the
+-- caller commits.  A paused queue yields nothing.
+CREATE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL)
+RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    claim_queue text := gd_claim.queue;
+    claim_worker text := gd_claim.worker;
+    claim_max int := gd_claim.max;
+    lease_length interval := gd._check_lease(coalesce(gd_claim.lease, gd._default_lease()), 'lease');
+BEGIN
+    PERFORM gd._known_queue(claim_queue);
+    IF claim_worker IS NULL OR claim_worker = '' THEN
+        PERFORM gd._bad_argument('worker must name the claiming worker, got ' || coalesce(quote_literal(claim_worker), 'NULL'));
+    END IF;
+    IF claim_max IS NULL OR claim_max < 1 OR claim_max > 1000 THEN
+        PERFORM gd._bad_argument(format('max must be between 1 and 1000, got %s', coalesce(claim_max::text, 'NULL')));
+    END IF;
+    RETURN QUERY
+    WITH picked AS (
+        SELECT i.id, clock_timestamp() AS claimed_at
+          FROM gd.instances i
+         WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND i.eligible_at <= now()
+           AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = claim_queue AND q.paused)
+         ORDER BY i.priority, i.eligible_at, i.id
+         LIMIT claim_max
+           FOR UPDATE OF i SKIP LOCKED),
+    claimed AS (
+        UPDATE gd.instances i
+           SET status = 'executing', lease_owner = claim_worker, lease_token = nextval('gd.lease_tokens'),
+               lease_expires_at = p.claimed_at + lease_length, updated_at = p.claimed_at
+          FROM picked p
+         WHERE i.id = p.id
+        RETURNING i.*)
+    SELECT c.id, c.fsm, c.version, c.step, c.state,
+           ROW(c.id, c.fsm, c.version, c.step, c.attempt, c.correlation_key,
+               coalesce(c.resume->'signals', '[]'), coalesce(c.resume->'children', '[]'),
+               coalesce((c.resume->>'timed_out')::boolean, false), c.queue)::gd.context,
+           c.lease_token
+      FROM claimed c
+     ORDER BY c.priority, c.eligible_at, c.id;
+END $$;
+
+-- Extend a claim's lease to `extend` from now (default: the length the lease
+-- was given).  False when the token no longer owns the row.
+CREATE FUNCTION @extschema@.gd_heartbeat(id bigint, lease_token bigint, extend interval DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM gd._check_claim(id, lease_token);
+    PERFORM gd._check_lease(extend, 'extend');
+    UPDATE gd.instances i
+       SET lease_expires_at = t.at + coalesce(extend, i.lease_expires_at - i.updated_at), updated_at = t.at
+      FROM (SELECT clock_timestamp() AS at) t
+     WHERE i.id = gd_heartbeat.id AND i.lease_token = gd_heartbeat.lease_token AND i.status = 'executing';
+    RETURN FOUND;
+END $$;
+
+-- Hand a claimed step back unrun (a worker shutting down): runnable again at
+-- once, in its old place, no attempt counted.  False when the token no
+-- longer owns the row.
+CREATE FUNCTION @extschema@.gd_release(id bigint, lease_token bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM gd._check_claim(id, lease_token);
+    UPDATE gd.instances i
+       SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+           updated_at = clock_timestamp()
+     WHERE i.id = gd_release.id AND i.lease_token = gd_release.lease_token AND i.status = 'executing';
+    RETURN FOUND;
+END $$;
+
+-- Apply a claimed step's outcome, exactly as if an in-database handler had
+-- returned it; false (outcome dropped) when the token no longer owns the row.
+CREATE FUNCTION @extschema@.gd_complete(id bigint, lease_token bigint, outcome gd.outcome)
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_complete';
+
+-- ---------------------------------------------------------------------------
+-- The reaper's part
+-- ---------------------------------------------------------------------------
+
+-- Reclaim up to `batch` expired leases: each step runs again at once with
+-- its attempt counted, or past max_attempts the instance fails.  Returns how
+-- many (src/claims.cpp).
+CREATE FUNCTION gd._reclaim_leases(batch int) RETURNS int
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_reclaim_leases';
+
+-- NOTIFY the queues whose scheduled external work came due since the last
+-- announcement.  Work eligible at its own commit was announced then (its
+-- eligible_at is not after its updated_at); the second of overlap covers a
+-- row committed just after the previous announcement looked.
+CREATE FUNCTION gd._announce_due_external() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    since timestamptz;
+    due_queues text[];
+BEGIN
+    SELECT a.until INTO since FROM gd.external_due_announced a FOR UPDATE;
+    SELECT array_agg(DISTINCT i.queue) INTO due_queues FROM gd.instances i
+     WHERE i.status = 'runnable' AND i.external AND i.eligible_at > i.updated_at
+       AND i.eligible_at > since - interval '1 second' AND i.eligible_at <= now();
+    IF due_queues IS NOT NULL THEN
+        PERFORM gd._notify_work_on_commit(q) FROM unnest(due_queues) q;
+        UPDATE gd.external_due_announced SET until = now();
+    END IF;
+END $$;
+
+-- The reaper's duty to external work, in small batches: reclaim expired
+-- leases, announce work that came due.  Returns when it next has something
+-- to do (a lease expires or scheduled work comes due), or NULL.
+CREATE FUNCTION gd._expire_leases(batch int DEFAULT 100) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF gd._reclaim_leases(batch) >= batch THEN
+        RETURN clock_timestamp();          -- a full batch may leave more: go again
+    END IF;
+    PERFORM gd._announce_due_external();
+    -- Leases already expired but locked by their worker's gd_complete are
+    -- not waited for here: they are either completed or found next round.
+    RETURN least((SELECT min(i.lease_expires_at) FROM gd.instances i
+                   WHERE i.status = 'executing' AND i.lease_expires_at >= now()),
+                 (SELECT min(i.eligible_at) FROM gd.instances i
+                   WHERE i.status = 'runnable' AND i.external AND i.eligible_at > now()));
+END $$;

@@ -1,0 +1,176 @@
+/*
+ * worker.cpp — the life of an engine background worker (executor or
+ * reaper), as the launcher planned it in a shared-memory slot.  Each round is
+ * one transaction in which the worker's kind does its work (executor.cpp,
+ * reaper.cpp) and says how long to sleep before the next round; between
+ * rounds the worker sleeps on its latch, so a commit that makes work due wakes
+ * it at once.
+ *
+ * SIGTERM is the usual `die`: the round in hand rolls back (an executor's rows
+ * stay runnable, no attempt counted) and the worker exits.  SIGHUP reloads the
+ * settings.  An error outside a step is logged, the round rolled back, and the
+ * worker goes on after a pause.  A database without the extension is logged
+ * once and re-checked every few seconds, or at once when CREATE EXTENSION
+ * commits.
+ */
+#include "executor.hpp"
+#include "guard.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timeout.h"
+#include "utils/wait_event.h"
+}
+
+namespace {
+
+constexpr long ERROR_PAUSE_MS = 1000;
+constexpr long MISSING_EXTENSION_RECHECK_MS = 10 * 1000;
+
+/* Process-wide worker state: globals, so an ERROR's longjmp skips no destructor. */
+WorkerSlot *my_slot = nullptr;
+WorkerKind my_kind = WorkerKind::free;
+char my_queue[NAMEDATALEN];
+char my_database[NAMEDATALEN];
+char my_description[2 * NAMEDATALEN + 32];
+MemoryContext round_context = nullptr;
+bool extension_ready = false;
+bool reported_missing_extension = false;
+
+/* Only the first worker of a database reports at LOG; the others would repeat it. */
+int report_level()
+{
+    return my_slot->queue_index == 0 && my_kind != WorkerKind::executor ? LOG
+           : my_kind == WorkerKind::executor && my_slot->queue_index == 0 ? DEBUG1
+                                                                          : DEBUG2;
+}
+
+bool check_extension()
+{
+    if (get_extension_oid("gen_durable", true) != InvalidOid) {
+        if (reported_missing_extension)
+            ereport(report_level(), (errmsg("gen_durable: extension found in database \"%s\"; %s serving", my_database,
+                                            my_description)));
+        reported_missing_extension = false;
+        return true;
+    }
+    if (!reported_missing_extension)
+        ereport(report_level(),
+                (errmsg("gen_durable: database \"%s\" has no gen_durable extension; %s waits", my_database,
+                        my_description),
+                 errhint("Run CREATE EXTENSION gen_durable in that database, or remove it from gen_durable.database.")));
+    reported_missing_extension = true;
+    return false;
+}
+
+/* One transaction's worth of work; returns how long to sleep before the next (0: don't). */
+long run_round()
+{
+    MemoryContextReset(round_context);
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    SPI_connect();
+    PushActiveSnapshot(GetTransactionSnapshot());
+    MemoryContextSwitchTo(round_context);
+
+    long sleep_ms = MISSING_EXTENSION_RECHECK_MS;
+    if (!extension_ready)
+        extension_ready = check_extension();
+    if (extension_ready) {
+        pgstat_report_activity(STATE_RUNNING, my_description);
+        sleep_ms = my_kind == WorkerKind::executor ? gd_executor_round(my_slot, my_queue) : gd_reaper_round();
+    }
+
+    SPI_finish();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+    gd_worker_set_activity(my_slot, 0);
+    pgstat_report_activity(STATE_IDLE, nullptr);
+    return sleep_ms;
+}
+
+/* Log the error, roll the round back and carry on, as core's background processes do. */
+void recover_from_error()
+{
+    error_context_stack = nullptr;
+    HOLD_INTERRUPTS();
+    disable_all_timeouts(false);
+    EmitErrorReport();
+    AbortCurrentTransaction();
+    MemoryContextSwitchTo(TopMemoryContext);
+    FlushErrorState();
+    RESUME_INTERRUPTS();
+    extension_ready = false;
+    gd_worker_set_activity(my_slot, 0);
+    pgstat_report_activity(STATE_IDLE, nullptr);
+}
+
+void sleep_on_latch(long timeout_ms)
+{
+    my_slot->idle = true;
+    (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, PG_WAIT_EXTENSION);
+    my_slot->idle = false;
+}
+
+[[noreturn]] void worker_loop()
+{
+    for (;;) {
+        ResetLatch(MyLatch); /* before looking for work: a wake-up from now on is not lost */
+        CHECK_FOR_INTERRUPTS();
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+        }
+        volatile long sleep_ms = 0;
+        PG_TRY();
+        {
+            sleep_ms = run_round();
+        }
+        PG_CATCH();
+        {
+            recover_from_error();
+            sleep_ms = ERROR_PAUSE_MS;
+        }
+        PG_END_TRY();
+        if (sleep_ms > 0)
+            sleep_on_latch(sleep_ms);
+    }
+}
+
+} // namespace
+
+void gd_worker_main(Datum arg)
+{
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, die);
+    BackgroundWorkerUnblockSignals();
+
+    my_slot = gd_worker_slot_for(arg, my_database);
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    strlcpy(my_queue, my_slot->queue, sizeof(my_queue));
+    my_kind = my_slot->kind;
+    LWLockRelease(gd_shared->lock);
+    if (my_kind == WorkerKind::executor)
+        snprintf(my_description, sizeof(my_description), "executor %d for queue \"%s\"", my_slot->queue_index,
+                 my_queue);
+    else
+        snprintf(my_description, sizeof(my_description), "reaper");
+
+    BackgroundWorkerInitializeConnection(my_database, nullptr, 0);
+    gd_worker_attach(my_slot);
+    pgstat_report_appname(psprintf("gen_durable %s", my_description));
+    round_context = AllocSetContextCreate(TopMemoryContext, "gen_durable round", ALLOCSET_DEFAULT_SIZES);
+    ereport(LOG, (errmsg("gen_durable: %s in database \"%s\" started", my_description, my_database)));
+    worker_loop();
+}
