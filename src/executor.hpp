@@ -80,6 +80,8 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
                                int64 explicit_backoff_us);
 /* A terminal transition: done with a result, or failed with an error. */
 Transition gd_final_transition(const PickedInstance &row, const char *status, Datum result, Datum error);
+/* At commit, NOTIFY gd_work, '<queue>' for external workers: once per transaction and queue (notify.cpp). */
+void gd_notify_external_at_commit(const char *queue);
 /* {"sqlstate", "message", "detail", "step", "attempt"} for an error raised by a step. */
 Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
 

@@ -37,22 +37,23 @@ INSERT INTO gd.external_due_announced VALUES ('-infinity');
 -- NOTIFY gd_work, queue when the transaction commits (once per queue).
 CREATE FUNCTION gd._notify_work_on_commit(queue text) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_notify_work_on_commit';
--- Row trigger: the row is runnable external work; announced at commit if it
--- is eligible by then, otherwise by the reaper when it comes due.
+-- Row trigger, arguments (queue column [, eligible_at column]): the row is
+-- runnable external work of that queue, announced at commit if it is eligible
+-- by then (always, without an eligible_at column), else by the reaper.
 CREATE FUNCTION gd._external_work_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_external_work_changed';
 
 CREATE TRIGGER external_work_inserted AFTER INSERT ON gd.instances
     FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external)
-    EXECUTE FUNCTION gd._external_work_changed();
+    EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
 CREATE TRIGGER external_work_updated AFTER UPDATE ON gd.instances
     FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external
                        AND (OLD.status <> 'runnable' OR NOT OLD.external OR OLD.eligible_at <> NEW.eligible_at))
-    EXECUTE FUNCTION gd._external_work_changed();
+    EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
 -- A resumed queue: its external work can be claimed again.
 CREATE TRIGGER external_queue_resumed AFTER UPDATE ON gd.queues
     FOR EACH ROW WHEN (OLD.paused AND NOT NEW.paused)
-    EXECUTE FUNCTION gd._external_work_changed();
+    EXECUTE FUNCTION gd._external_work_changed('name');
 
 -- ---------------------------------------------------------------------------
 -- The worker's API

@@ -1,0 +1,220 @@
+/*
+ * claims.cpp — the C++ half of external workers: applying a claimed step's
+ * outcome (gd_complete) and reclaiming expired leases (the reaper's
+ * gd._reclaim_leases).  Both go through the executor's own transition path
+ * (gd_outcome_transition, gd_retry_transition, gd_apply_transition), so an
+ * external step ends exactly as an in-database step with the same outcome
+ * would, and the UPDATE clears the lease.
+ *
+ * A claim is owned by its lease token.  Both functions lock the row with
+ * the token still in place (FOR UPDATE re-checks a row changed by a
+ * concurrent commit), so a completion and a reclaim of one claim serialise:
+ * whichever locks first wins, and the other finds the token gone.  A lease
+ * that expired but was not yet reclaimed still owns its row.
+ *
+ * Only plain data is live here: PostgreSQL errors propagate as usual.
+ */
+#include "executor.hpp"
+
+extern "C" {
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+}
+
+namespace {
+
+/* The claimed rows' columns, as read by both plans below. */
+constexpr const char *CLAIMED_COLUMNS =
+    "SELECT i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume,"
+    "       i.queue, i.lease_owner"
+    "  FROM gd.instances i";
+
+SPIPlanPtr owned_plan = nullptr;
+SPIPlanPtr expired_plan = nullptr;
+
+SPIPlanPtr prepare_kept(const char *where, int nargs, Oid *types)
+{
+    SPIPlanPtr plan = SPI_prepare(psprintf("%s %s", CLAIMED_COLUMNS, where), nargs, types);
+    if (plan == nullptr)
+        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+    SPI_keepplan(plan);
+    return plan;
+}
+
+char *text_column(HeapTuple tuple, TupleDesc desc, int column)
+{
+    bool isnull;
+    Datum value = SPI_getbinval(tuple, desc, column, &isnull);
+    return isnull ? nullptr : TextDatumGetCString(value);
+}
+
+/* One claimed row, in the memory of the SPI connection that read it. */
+struct ClaimedRow {
+    PickedInstance row;
+    char *queue;
+    char *lease_owner;
+};
+
+ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
+{
+    ClaimedRow claimed{};
+    PickedInstance &row = claimed.row;
+    bool isnull;
+    row.id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+    row.fsm = text_column(tuple, desc, 2);
+    row.version = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+    row.step = text_column(tuple, desc, 4);
+    row.state = SPI_getbinval(tuple, desc, 5, &isnull);
+    row.attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+    row.correlation_key = text_column(tuple, desc, 7);
+    Datum parent_id = SPI_getbinval(tuple, desc, 8, &isnull);
+    row.parent_id = isnull ? 0 : DatumGetInt64(parent_id);
+    Datum resume = SPI_getbinval(tuple, desc, 9, &isnull);
+    row.resume = isnull ? 0 : resume;
+    claimed.queue = text_column(tuple, desc, 10);
+    claimed.lease_owner = text_column(tuple, desc, 11);
+    return claimed;
+}
+
+/* The failed transition of a claimed step whose definition was dropped. */
+Transition undefined_step_transition(const PickedInstance &row)
+{
+    Datum error = DirectFunctionCall1(
+        jsonb_in, CStringGetDatum(psprintf("{\"sqlstate\": \"42704\", \"message\": \"gen_durable: step is no "
+                                           "longer defined\", \"attempt\": %d}", row.attempt)));
+    return gd_final_transition(row, "failed", 0, error);
+}
+
+/*
+ * A transition that stays at the claimed step (a retry) must stay with the
+ * step's kind of runner; gd_next to another step already says which.
+ */
+void keep_runner_of_step(Transition &t, const PickedInstance &row, const StepDefinition &def)
+{
+    if (strcmp(t.status, "runnable") == 0 && strcmp(t.step, row.step) == 0)
+        t.external = def.handler == InvalidOid;
+}
+
+/* {"message", "worker", "step", "attempt"} for a lease that expired. */
+Datum lease_expired_json(const ClaimedRow &claimed)
+{
+    StringInfoData json;
+    initStringInfo(&json);
+    appendStringInfoString(&json, "{\"message\": ");
+    escape_json(&json, psprintf("gen_durable: the lease of worker \"%s\" expired",
+                                claimed.lease_owner ? claimed.lease_owner : ""));
+    appendStringInfoString(&json, ", \"worker\": ");
+    escape_json(&json, claimed.lease_owner ? claimed.lease_owner : "");
+    appendStringInfoString(&json, ", \"step\": ");
+    escape_json(&json, claimed.row.step);
+    appendStringInfo(&json, ", \"attempt\": %d}", claimed.row.attempt);
+    return DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
+}
+
+void reclaim(const ClaimedRow &claimed)
+{
+    const PickedInstance &row = claimed.row;
+    const StepDefinition *def = gd_find_step(row.fsm, row.version, row.step);
+    if (def == nullptr) {
+        gd_apply_transition(row.id, undefined_step_transition(row));
+        return;
+    }
+    /* The attempt is counted; the step runs again at once (the worker died, the step did not fail). */
+    Transition t = gd_retry_transition(row, *def, lease_expired_json(claimed), 0);
+    keep_runner_of_step(t, row, *def);
+    gd_apply_transition(row.id, t);
+}
+
+[[noreturn]] void bad_argument(const char *message)
+{
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("gen_durable: %s", message)));
+    pg_unreachable();
+}
+
+} // namespace
+
+extern "C" {
+
+PG_FUNCTION_INFO_V1(gd_complete);
+PG_FUNCTION_INFO_V1(gd_reclaim_leases);
+
+/*
+ * gd_complete(id bigint, lease_token bigint, outcome gd.outcome) → boolean.
+ * False when the token no longer owns the row (reclaimed, cancelled, or
+ * already completed): the outcome is dropped.  A bad outcome raises 22023
+ * and changes nothing: the claim is still the worker's.
+ */
+Datum gd_complete(PG_FUNCTION_ARGS)
+{
+    if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+        bad_argument("a claim is named by an instance id and its lease token, got NULL");
+    int64 id = PG_GETARG_INT64(0);
+    int64 token = PG_GETARG_INT64(1);
+    if (PG_ARGISNULL(2))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: gd_complete of instance " INT64_FORMAT " needs an outcome, got NULL", id),
+                        errhint("Build it with gd_next, gd_retry, gd_wait_signal, gd_spawn, gd_done or gd_stop.")));
+    HeapTupleHeader outcome = PG_GETARG_HEAPTUPLEHEADER(2);
+
+    SPI_connect();
+    if (owned_plan == nullptr) {
+        Oid types[2] = {INT8OID, INT8OID};
+        owned_plan = prepare_kept("WHERE i.id = $1 AND i.lease_token = $2 AND i.status = 'executing' FOR UPDATE",
+                                  2, types);
+    }
+    Datum args[2] = {Int64GetDatum(id), Int64GetDatum(token)};
+    if (SPI_execute_plan(owned_plan, args, nullptr, false, 1) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: looking up the claim of instance " INT64_FORMAT " failed", id);
+    if (SPI_processed == 0) {
+        /* A stale outcome: dropped.  (Counted as outcome_stale once the engine keeps counters.) */
+        SPI_finish();
+        PG_RETURN_BOOL(false);
+    }
+    ClaimedRow claimed = read_claimed(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+    const PickedInstance &row = claimed.row;
+    const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
+    Transition t{};
+    if (found == nullptr) {
+        t = undefined_step_transition(row);
+    } else {
+        const StepDefinition def = *found; /* the cache may be emptied by what follows */
+        t = gd_outcome_transition(row, def, outcome);
+        keep_runner_of_step(t, row, def);
+    }
+    gd_apply_transition(id, t);
+    if (strcmp(t.status, "runnable") == 0 && !t.external)
+        gd_wake_queue_at_commit(claimed.queue); /* an in-database step is next */
+    SPI_finish();
+    PG_RETURN_BOOL(true);
+}
+
+/* gd._reclaim_leases(batch int) → int: reclaim up to batch expired leases. */
+Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
+{
+    int32 batch = PG_GETARG_INT32(0);
+    if (batch < 1)
+        bad_argument(psprintf("batch must be positive, got %d", batch));
+    SPI_connect();
+    if (expired_plan == nullptr) {
+        Oid types[1] = {INT4OID};
+        expired_plan = prepare_kept("WHERE i.status = 'executing' AND i.lease_expires_at < now()"
+                                    " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
+                                    1, types);
+    }
+    Datum args[1] = {Int32GetDatum(batch)};
+    if (SPI_execute_plan(expired_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: looking up expired leases failed");
+    /* Keep the rows: each transition runs statements of its own. */
+    SPITupleTable *expired = SPI_tuptable;
+    int count = static_cast<int>(SPI_processed);
+    for (int i = 0; i < count; i++)
+        reclaim(read_claimed(expired->vals[i], expired->tupdesc));
+    SPI_finish();
+    PG_RETURN_INT32(count);
+}
+}

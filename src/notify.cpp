@@ -1,0 +1,181 @@
+/*
+ * notify.cpp — NOTIFY gd_work, '<queue>' for external workers, at the commit
+ * of whatever makes external work runnable now.
+ *
+ * Row triggers on gd.instances (and gd.queues, for a resumed queue) record
+ * the queue and when the work becomes eligible.  Just before commit
+ * (XACT_EVENT_PRE_COMMIT, which runs before PostgreSQL queues the
+ * transaction's notifications) each recorded queue whose work is eligible by
+ * then gets one Async_Notify, so listeners hear of it exactly when the rows
+ * become visible.  Work eligible later is announced by the reaper when it
+ * comes due (gd._announce_due_external).
+ *
+ * NOTIFY takes a cluster-wide lock at commit, so a queue is notified at most
+ * once per transaction, and only when it has external work.  What a rolled
+ * back subtransaction recorded is forgotten; an aborted or prepared
+ * transaction notifies nothing (a prepared one's work is found by the
+ * workers' poll).  Executors are never woken this way (see wakeup.cpp).
+ */
+#include "executor.hpp"
+#include "guard.hpp"
+
+extern "C" {
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "commands/async.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/rel.h"
+}
+
+#include <algorithm>
+#include <boost/container/small_vector.hpp>
+
+namespace {
+
+constexpr const char *CHANNEL = "gd_work";
+
+struct PendingNotify {
+    char queue[NAMEDATALEN];
+    TimestampTz eligible_at; /* the earliest recorded: notified if due by commit */
+    int level;               /* transaction nesting level that recorded it */
+};
+
+/* Backend-local, cleared at the end of every transaction. */
+boost::container::small_vector<PendingNotify, 4> pending;
+bool callbacks_registered = false;
+
+void send_due_notifications()
+{
+    TimestampTz now = GetCurrentTimestamp();
+    for (const PendingNotify &p : pending)
+        if (p.eligible_at <= now)
+            Async_Notify(CHANNEL, p.queue);
+}
+
+void on_transaction_end(XactEvent event, void *)
+{
+    switch (event) {
+    case XACT_EVENT_PRE_COMMIT:
+        /* Every subtransaction has ended: one entry per queue is left. */
+        send_due_notifications();
+        pending.clear();
+        break;
+    case XACT_EVENT_COMMIT:
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PREPARE:
+    case XACT_EVENT_PRE_PREPARE:
+        pending.clear();
+        break;
+    default:
+        break;
+    }
+}
+
+/* A subtransaction's entries die with it, or pass to its parent. */
+void on_subtransaction_end(SubXactEvent event, SubTransactionId, SubTransactionId, void *)
+{
+    if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+        return;
+    int level = GetCurrentTransactionNestLevel();
+    auto ending = [level](const PendingNotify &p) { return p.level >= level; };
+    if (event == SUBXACT_EVENT_COMMIT_SUB) {
+        for (PendingNotify &child : pending) {
+            if (!ending(child))
+                continue;
+            child.level = level - 1;
+            for (PendingNotify &parent : pending)
+                if (&parent != &child && parent.level == level - 1 && strcmp(parent.queue, child.queue) == 0) {
+                    parent.eligible_at = Min(parent.eligible_at, child.eligible_at);
+                    child.level = INT_MAX; /* merged: dropped below */
+                    break;
+                }
+        }
+        pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                     [](const PendingNotify &p) { return p.level == INT_MAX; }),
+                      pending.end());
+    } else {
+        pending.erase(std::remove_if(pending.begin(), pending.end(), ending), pending.end());
+    }
+}
+
+void record(const char *queue, TimestampTz eligible_at)
+{
+    if (!callbacks_registered) {
+        RegisterXactCallback(on_transaction_end, nullptr);
+        RegisterSubXactCallback(on_subtransaction_end, nullptr);
+        callbacks_registered = true;
+    }
+    int level = GetCurrentTransactionNestLevel();
+    for (PendingNotify &p : pending)
+        if (p.level == level && strcmp(p.queue, queue) == 0) {
+            p.eligible_at = Min(p.eligible_at, eligible_at);
+            return;
+        }
+    PendingNotify p{};
+    strlcpy(p.queue, queue, sizeof(p.queue));
+    p.eligible_at = eligible_at;
+    p.level = level;
+    gd::cpp_entry([&] { pending.push_back(p); });
+}
+
+Datum column_value(TriggerData *trigger, HeapTuple tuple, const char *column)
+{
+    TupleDesc desc = RelationGetDescr(trigger->tg_relation);
+    int attnum = SPI_fnumber(desc, column);
+    if (attnum <= 0)
+        elog(ERROR, "gen_durable: trigger %s: no column \"%s\"", trigger->tg_trigger->tgname, column);
+    bool isnull;
+    Datum value = heap_getattr(tuple, attnum, desc, &isnull);
+    if (isnull)
+        elog(ERROR, "gen_durable: trigger %s: column \"%s\" is NULL", trigger->tg_trigger->tgname, column);
+    return value;
+}
+
+} // namespace
+
+void gd_notify_external_at_commit(const char *queue)
+{
+    record(queue, GetCurrentTimestamp());
+}
+
+extern "C" {
+
+PG_FUNCTION_INFO_V1(gd_notify_work_on_commit);
+PG_FUNCTION_INFO_V1(gd_external_work_changed);
+
+/* gd._notify_work_on_commit(queue text): NOTIFY gd_work, queue at commit. */
+Datum gd_notify_work_on_commit(PG_FUNCTION_ARGS)
+{
+    char queue[NAMEDATALEN];
+    text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
+    gd_notify_external_at_commit(queue);
+    PG_RETURN_VOID();
+}
+
+/*
+ * Row trigger gd._external_work_changed(queue_column [, eligible_at_column]):
+ * the new row is runnable external work of that queue.
+ */
+Datum gd_external_work_changed(PG_FUNCTION_ARGS)
+{
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("gen_durable: gd._external_work_changed() must be called as a trigger")));
+    TriggerData *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
+    if (!TRIGGER_FIRED_FOR_ROW(trigger->tg_event) || trigger->tg_trigger->tgnargs < 1)
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("gen_durable: trigger %s must fire for each row and name the queue column",
+                               trigger->tg_trigger->tgname)));
+    HeapTuple row = TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple : trigger->tg_trigtuple;
+    char **args = trigger->tg_trigger->tgargs;
+    char queue[NAMEDATALEN];
+    text_to_cstring_buffer(DatumGetTextPP(column_value(trigger, row, args[0])), queue, sizeof(queue));
+    TimestampTz eligible_at = trigger->tg_trigger->tgnargs > 1
+                                  ? DatumGetTimestampTz(column_value(trigger, row, args[1]))
+                                  : GetCurrentTimestamp();
+    record(queue, eligible_at);
+    return PointerGetDatum(nullptr);
+}
+}
