@@ -64,8 +64,8 @@ void wake_workers()
             if (slot.kind == WorkerKind::reaper && slot.proc != nullptr && slot.database_oid == MyDatabaseId)
                 SetLatch(&slot.proc->procLatch);
     if (pending_database_wake) {
-        for (WorkerSlot &slot : gd_shared->workers)
-            if (executor_of_this_database(slot))
+        for (WorkerSlot &slot : gd_shared->workers) /* executors and the reaper */
+            if (slot.proc != nullptr && slot.database_oid == MyDatabaseId)
                 SetLatch(&slot.proc->procLatch);
         /* Executors that failed to start (the database was just created) start now. */
         pg_atomic_write_u32(&gd_shared->restart_now, 1);
