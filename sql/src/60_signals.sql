@@ -32,32 +32,32 @@ END $$;
 CREATE FUNCTION @extschema@.gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
                                       dedup_key text DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
+#variable_conflict use_column
 DECLARE
     inst gd.instances;
     stored bigint;
 BEGIN
-    IF name IS NULL OR name = '' THEN
+    IF gd_signal.name IS NULL OR gd_signal.name = '' THEN
         PERFORM gd._bad_argument('a signal needs a name');
     END IF;
-    IF payload IS NULL THEN
-        PERFORM gd._bad_argument(format('payload of signal %L must not be NULL', name));
+    IF gd_signal.payload IS NULL THEN
+        PERFORM gd._bad_argument(format('payload of signal %L must not be NULL', gd_signal.name));
     END IF;
     -- Waits for a step in progress on the instance: it may be about to park.
     SELECT * INTO inst FROM gd.instances i WHERE i.id = target FOR UPDATE;
     IF NOT FOUND OR NOT inst.status = ANY (gd._live_statuses()) THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found',
-            MESSAGE = format('gen_durable: signal %L: instance %s is not a live instance', name, target),
+            MESSAGE = format('gen_durable: signal %L: instance %s is not a live instance', gd_signal.name, target),
             DETAIL = CASE WHEN FOUND THEN format('It is %s.', inst.status) ELSE 'It does not exist.' END;
     END IF;
     INSERT INTO gd.signals AS s (instance_id, name, payload, dedup_key)
-    VALUES (inst.id, name, payload, dedup_key)
+    VALUES (inst.id, gd_signal.name, gd_signal.payload, gd_signal.dedup_key)
     ON CONFLICT (instance_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING s.id INTO stored;
     IF stored IS NULL THEN
         RETURN false;      -- this dedup_key was already delivered to this instance
     END IF;
-    IF inst.status = 'awaiting_signal' AND name = ANY (inst.wait_names) THEN
+    IF inst.status = 'awaiting_signal' AND gd_signal.name = ANY (inst.wait_names) THEN
         PERFORM gd._wake_if_signalled(inst.id);
     END IF;
     RETURN true;

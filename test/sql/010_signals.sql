@@ -1,0 +1,66 @@
+-- Signals, timed waits: an order waits for payment_confirmed and takes both
+-- branches.  Queue 'sig' has no background executors: gd._execute steps it;
+-- the background reaper ends timed-out waits.
+CREATE FUNCTION t.order_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    CASE ctx.step
+        WHEN 'place' THEN
+            RETURN gd_wait_signal('{payment_confirmed}', timeout => (state->>'wait')::interval,
+                                  then_step => 'decide', state => state || '{"placed": true}');
+        WHEN 'decide' THEN
+            IF ctx.timed_out THEN
+                RETURN gd_done('{"outcome": "expired"}');
+            END IF;
+            RETURN gd_done(jsonb_build_object('outcome', 'paid',
+                           'payments', (SELECT jsonb_agg(s->'payload') FROM jsonb_array_elements(ctx.signals) s),
+                           'names', (SELECT jsonb_agg(s->'name') FROM jsonb_array_elements(ctx.signals) s)));
+    END CASE;
+END $$;
+SELECT gd_define_fsm('order_pay', initial => 'place', queue => 'sig', state_defaults => '{"wait": "1 hour"}');
+SELECT gd_define_step('order_pay', 'place', 't.order_step(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_step('order_pay', 'decide', 't.order_step(jsonb, gd.context)'::regprocedure);
+
+-- Paid: the order parks, ignores other signals, wakes on payment_confirmed.
+SELECT gd_insert('order_pay', correlation_key => 'order-paid') AS paid_id \gset
+SELECT gd._execute('sig', 10);
+SELECT status, step, wait_names, wait_then_step, state FROM gd.instances WHERE id = :paid_id;
+SELECT status FROM gd_await(:paid_id, '1s');
+SELECT gd_signal(:paid_id, 'shipping_quote', '{"eur": 4}');
+SELECT status FROM gd.instances WHERE id = :paid_id;
+SELECT gd_signal('order-paid', 'payment_confirmed', '{"amount": 12}', dedup_key => 'pay-1');
+SELECT gd_signal('order-paid', 'payment_confirmed', '{"amount": 12}', dedup_key => 'pay-1') AS redelivered;
+SELECT status, step, resume->'signals'->0->'payload' AS seen FROM gd.instances WHERE id = :paid_id;
+SELECT gd._execute('sig', 10);
+SELECT status, result FROM gd_await(:paid_id, '1s');
+-- The other signal is kept, unconsumed; the payment was consumed once.
+SELECT name, payload, consumed_at IS NOT NULL AS consumed FROM gd.signals WHERE instance_id = :paid_id ORDER BY id;
+
+-- Expired: no payment within the timeout; the reaper resumes it with ctx.timed_out.
+SELECT gd_insert('order_pay', '{"wait": "300 milliseconds"}') AS late_id \gset
+SELECT gd._execute('sig', 10);
+SELECT status, wait_deadline IS NOT NULL AS has_deadline FROM gd.instances WHERE id = :late_id;
+SELECT t.until_status(:late_id, 'runnable');
+SELECT step, resume, updated_at - created_at >= interval '300 milliseconds' AS after_deadline
+  FROM gd.instances WHERE id = :late_id;
+SELECT gd._execute('sig', 10);
+SELECT status, result FROM gd_await(:late_id, '1s');
+
+-- A signal that arrives before the wait is kept and consumed by it at once.
+SELECT gd_insert('order_pay') AS early_id \gset
+SELECT gd_signal(:early_id, 'payment_confirmed', '{"amount": 1}');
+SELECT gd_signal(:early_id, 'payment_confirmed', '{"amount": 2}');
+SELECT gd._execute('sig', 1);
+SELECT status, step FROM gd.instances WHERE id = :early_id;
+SELECT gd._execute('sig', 1);
+SELECT status, result FROM gd_await(:early_id, '1s');
+
+-- Refusals.
+SELECT t.try($$SELECT gd_signal(-1, 'x')$$);
+SELECT t.try(format('SELECT gd_signal(%s, %L)', :paid_id, 'x')) ~ '^P0002 .* is not a live instance \[It is done.\]$' AS done_refused;
+SELECT t.try($$SELECT gd_signal('no-such-key', 'x')$$);
+SELECT t.try(format('SELECT gd_signal(%s, %L)', :early_id, '')) ~ '^22023' AS empty_name_refused;
+SELECT t.try(format('SELECT gd_signal(%s, %L, NULL)', :early_id, 'x')) ~ '^22023' AS null_payload_refused;
+SELECT t.try($$SELECT gd_wait_signal('{}')$$);
+SELECT t.try($$SELECT gd_wait_signal(NULL)$$);
+SELECT t.try($$SELECT gd_wait_signal('{a,NULL}')$$);
+SELECT t.try($$SELECT gd_wait_signal('{a}', timeout => '-1s')$$);
