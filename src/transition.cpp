@@ -219,8 +219,11 @@ void gd_apply_transition(int64 id, const Transition &t)
     if (SPI_execute_plan(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
 
-    if (strcmp(t.status, "awaiting_signal") == 0)
+    if (strcmp(t.status, "awaiting_signal") == 0) {
         call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */
+        if (t.wait_deadline != 0)
+            gd_wake_reaper_at_commit(); /* it sleeps until the earliest deadline: this one may be earlier */
+    }
     else if (strcmp(t.status, "awaiting_children") == 0)
         call_follow_up(spawn_plan, id, t.children);
     else if (t.parent_id != 0 && (strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0))
