@@ -91,12 +91,14 @@ Transition undefined_step_transition(const PickedInstance &row)
 }
 
 /*
- * A transition that stays at the claimed step (a retry) must stay with the
- * step's kind of runner; gd_next to another step already says which.
+ * An instance that stays at the claimed step (a retry, a failure, a wait)
+ * stays external: `external` says who runs the current step, and a retry or
+ * gd_retry(id) must come back to the workers.  gd_next to another step
+ * already says which.
  */
 void keep_runner_of_step(Transition &t, const PickedInstance &row, const StepDefinition &def)
 {
-    if (strcmp(t.status, "runnable") == 0 && strcmp(t.step, row.step) == 0)
+    if (strcmp(t.step, row.step) == 0)
         t.external = def.handler == InvalidOid;
 }
 

@@ -70,6 +70,7 @@ BEGIN
         RETURN clock_timestamp();          -- a full batch may leave more: go again
     END IF;
     PERFORM gd._resume_parents();
-    RETURN (SELECT min(i.wait_deadline) FROM gd.instances i
-             WHERE i.status = 'awaiting_signal' AND i.wait_deadline IS NOT NULL);
+    RETURN least((SELECT min(i.wait_deadline) FROM gd.instances i
+                   WHERE i.status = 'awaiting_signal' AND i.wait_deadline IS NOT NULL),
+                 gd._expire_leases());   -- external work: expired leases, scheduled work come due
 END $$;

@@ -1,0 +1,179 @@
+-- External workers: gd_claim, gd_heartbeat, gd_complete, gd_release and the
+-- reaper's lease reclaim, called here as a worker would.  Queue 'claims' has no
+-- background executors: its in-database steps run through gd._execute.
+-- (NOTIFY gd_work is tested by test/specs/external_notify.spec.)
+CREATE FUNCTION t.pack(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO t.ledger (instance_id, step, attempt) VALUES (ctx.id, ctx.step, ctx.attempt);
+    RETURN gd_next('ship', state || '{"packed": true}');
+END $$;
+-- fetch (external) -> pack (in-database) -> ship (external)
+SELECT gd_define_fsm('xw', initial => 'fetch', queue => 'claims');
+SELECT gd_define_step('xw', 'fetch', max_attempts => 2, backoff => '10 minutes', max_backoff => '1 hour');
+SELECT gd_define_step('xw', 'pack', 't.pack(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_step('xw', 'ship');
+
+-- A label per instance, to read results without ids.
+CREATE VIEW t.xw AS
+SELECT i.state->>'n' AS n, i.status, i.step, i.external, i.attempt, i.lease_owner,
+       i.lease_token IS NOT NULL AS has_token, i.state - 'n' AS state, i.result, i.error
+  FROM gd.instances i WHERE i.fsm = 'xw';
+
+-- Refusals.
+SELECT t.try($$SELECT * FROM gd_claim('nowhere', 'w')$$);
+SELECT t.try($$SELECT * FROM gd_claim(NULL, 'w')$$);
+SELECT t.try($$SELECT * FROM gd_claim('claims', NULL)$$);
+SELECT t.try($$SELECT * FROM gd_claim('claims', '')$$);
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w', 0)$$);
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w', 1001)$$);
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w', NULL)$$);
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w', 1, '0s')$$);
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w', 1, '-1s')$$);
+SELECT t.try($$SELECT gd_heartbeat(NULL, 1)$$);
+SELECT t.try($$SELECT gd_heartbeat(1, NULL)$$);
+SELECT t.try($$SELECT gd_heartbeat(1, 1, '0s')$$);
+SELECT t.try($$SELECT gd_complete(NULL, 1, gd_done())$$);
+SELECT t.try($$SELECT gd_complete(1, 1, NULL)$$);
+SELECT t.try($$SELECT gd_release(1, NULL)$$);
+-- Nothing to claim yet.
+SELECT count(*) FROM gd_claim('claims', 'w1');
+
+-- Best first: priority, then eligibility, then id.  Rows scheduled later,
+-- and steps with a handler, are not claimed.
+SELECT gd_insert('xw', '{"n": "a"}', priority => 5) > 0 AS inserted;
+SELECT gd_insert('xw', '{"n": "b"}', priority => -1) > 0 AS inserted;
+SELECT gd_insert('xw', '{"n": "c"}', priority => 5) > 0 AS inserted;
+SELECT gd_insert('xw', '{"n": "later"}', priority => -9, schedule_in => '1 hour') > 0 AS inserted;
+SELECT gd_insert('xw', '{"n": "in_db"}', step => 'pack', priority => 10) > 0 AS inserted;
+SELECT state->>'n' AS n, step, (ctx).attempt, (ctx).step AS ctx_step, (ctx).queue AS ctx_queue, (ctx).signals,
+       (ctx).children, (ctx).timed_out, (ctx).fsm AS ctx_fsm, (ctx).id = id AS ctx_id_matches,
+       lease_token IS NOT NULL AS has_token
+  FROM gd_claim('claims', 'w1', 2);
+SELECT n, status, lease_owner, has_token FROM t.xw ORDER BY n;
+-- The lease: gen_durable.lease by default (30s in this suite), or as asked.
+SELECT lease_expires_at - updated_at AS lease FROM gd.instances WHERE state->>'n' = 'b';
+SELECT state->>'n' AS n FROM gd_claim('claims', 'w2', 10, lease => '2 minutes');
+SELECT lease_expires_at - updated_at AS lease FROM gd.instances WHERE state->>'n' = 'c';
+-- Each claim has its own token.
+SELECT count(DISTINCT lease_token) AS tokens FROM gd.instances WHERE fsm = 'xw' AND status = 'executing';
+SELECT count(*) AS nothing_left FROM gd_claim('claims', 'w3', 10);
+
+-- A paused queue yields nothing.
+UPDATE gd.instances SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+ WHERE state->>'n' = 'c';
+SELECT gd_pause('claims');
+SELECT count(*) AS while_paused FROM gd_claim('claims', 'w1');
+SELECT gd_resume('claims');
+SELECT state->>'n' AS n FROM gd_claim('claims', 'w1', lease => '1 hour');
+
+SELECT id AS a_id, lease_token AS a_token FROM gd.instances WHERE state->>'n' = 'a' \gset
+SELECT id AS b_id, lease_token AS b_token FROM gd.instances WHERE state->>'n' = 'b' \gset
+SELECT id AS c_id, lease_token AS c_token FROM gd.instances WHERE state->>'n' = 'c' \gset
+
+-- Heartbeats extend the lease from now: by the length it was given, or by `extend`.
+UPDATE gd.instances SET lease_expires_at = now() + interval '10 seconds', updated_at = now() - interval '20 seconds'
+ WHERE id = :b_id;
+SELECT gd_heartbeat(:b_id, :b_token) AS kept;
+SELECT lease_expires_at - updated_at AS extended_by, lease_expires_at > now() + interval '29 seconds' AS from_now
+  FROM gd.instances WHERE id = :b_id;
+SELECT gd_heartbeat(:b_id, :b_token, '5 minutes') AS kept;
+SELECT lease_expires_at - updated_at AS extended_by FROM gd.instances WHERE id = :b_id;
+SELECT gd_heartbeat(:b_id, :b_token + 1000) AS other_token, gd_heartbeat(-1, :b_token) AS no_such_row;
+
+-- gd_complete applies the outcome as an in-database step's: gd_next to an
+-- in-database step hands the instance to the executors (here gd._execute),
+-- whose gd_next back to an external step makes it claimable again.
+SELECT gd_complete(:b_id, :b_token, gd_next('pack', '{"n": "b", "fetched": 1}')) AS applied;
+SELECT n, status, step, external, attempt, lease_owner, has_token, state FROM t.xw WHERE n = 'b';
+SELECT gd._execute('claims', 10) AS ran;
+SELECT n, status, step, external, state FROM t.xw WHERE n IN ('b', 'in_db') ORDER BY n;
+SELECT step FROM t.ledger WHERE instance_id = :b_id;
+SELECT gd_cancel(id, 'not needed') FROM gd.instances WHERE state->>'n' = 'in_db';
+SELECT state->>'n' AS n, step, (ctx).step AS ctx_step, lease_token AS b_token2 FROM gd_claim('claims', 'w1', 1) \gset
+SELECT :'n' AS n, :'step' AS step, :'ctx_step' AS ctx_step;
+SELECT gd_complete(:b_id, :b_token2, gd_done('{"shipped": true}')) AS applied;
+SELECT n, status, step, result, lease_owner, has_token FROM t.xw WHERE n = 'b';
+SELECT finished_at IS NOT NULL AS finished FROM gd.instances WHERE id = :b_id;
+-- The token is spent: a second completion is stale and dropped.
+SELECT gd_complete(:b_id, :b_token2, gd_stop('{"late": true}')) AS applied;
+SELECT n, status, result, error FROM t.xw WHERE n = 'b';
+SELECT status FROM gd_await(:b_id, '1s');
+
+-- A bad outcome raises 22023 and changes nothing: the claim is kept.
+SELECT t.try(format('SELECT gd_complete(%s, %s, gd_next(%L))', :a_id, :a_token, 'nowhere'));
+SELECT t.try(format('SELECT gd_complete(%s, %s, ROW(%L, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::gd.outcome)',
+                    :a_id, :a_token, 'zzz'));
+SELECT n, status, has_token FROM t.xw WHERE n = 'a';
+
+-- gd_retry: the attempt is counted and the step stays external, after the
+-- given backoff (or the step's); past max_attempts (2) the instance fails.
+SELECT gd_complete(:a_id, :a_token, gd_retry('{"why": "busy"}'::jsonb)) AS applied;
+SELECT n, status, step, external, attempt, error, has_token FROM t.xw WHERE n = 'a';
+SELECT round(extract(epoch FROM eligible_at - now()) / 60) AS minutes_ahead FROM gd.instances WHERE id = :a_id;
+UPDATE gd.instances SET eligible_at = now() - interval '1 second' WHERE id = :a_id;
+SELECT (ctx).attempt, lease_token AS a_token FROM gd_claim('claims', 'w1') \gset
+SELECT :attempt AS ctx_attempt;
+SELECT gd_complete(:a_id, :a_token, gd_retry('{"why": "still busy"}'::jsonb, '0s')) AS applied;
+SELECT n, status, step, attempt, error FROM t.xw WHERE n = 'a';
+
+-- gd_stop fails at once; gd_wait_signal parks, and the signal's wake makes
+-- the external step claimable again with ctx.signals.
+SELECT gd_complete(:c_id, :c_token, gd_wait_signal('{go}', then_step => 'ship')) AS applied;
+SELECT status, step, wait_names, wait_then_step, lease_token IS NULL AS lease_cleared FROM gd.instances WHERE id = :c_id;
+SELECT gd_signal(:c_id, 'go', '{"gate": 7}');
+SELECT n, status, step, external FROM t.xw WHERE n = 'c';
+SELECT step, (ctx).signals->0->'payload' AS payload, (ctx).signals->0->>'name' AS name, lease_token AS c_token
+  FROM gd_claim('claims', 'w1') \gset
+SELECT :'step' AS step, :'payload' AS payload, :'name' AS name;
+SELECT gd_complete(:c_id, :c_token, gd_stop('{"reason": "refused"}')) AS applied;
+SELECT n, status, error, has_token FROM t.xw WHERE n = 'c';
+
+-- gd_release hands a claim back unrun: runnable, same attempt, no lease.
+SELECT gd_insert('xw', '{"n": "rel"}') AS rel_id \gset
+SELECT lease_token AS rel_token FROM gd_claim('claims', 'w1') \gset
+SELECT gd_release(:rel_id, :rel_token + 1) AS other_token;
+SELECT gd_release(:rel_id, :rel_token) AS released;
+SELECT n, status, attempt, lease_owner, has_token, error FROM t.xw WHERE n = 'rel';
+SELECT gd_complete(:rel_id, :rel_token, gd_done()) AS after_release;
+
+-- A cancelled instance's claim is stale.
+SELECT lease_token AS rel_token FROM gd_claim('claims', 'w1') \gset
+SELECT gd_cancel(:rel_id, 'not needed');
+SELECT gd_complete(:rel_id, :rel_token, gd_done()) AS after_cancel, gd_heartbeat(:rel_id, :rel_token) AS heartbeat;
+SELECT n, status FROM t.xw WHERE n = 'rel';
+
+-- Expired leases are reclaimed (here in the same transaction as the expiry,
+-- so the background reaper cannot get there first): the step runs again at
+-- once with the attempt counted; past max_attempts the instance fails.
+SELECT gd_insert('xw', '{"n": "lost1"}') AS lost1_id, gd_insert('xw', '{"n": "lost2"}') AS lost2_id \gset
+SELECT gd_insert('xw', '{"n": "alive"}') AS alive_id \gset
+SELECT count(*) FROM gd_claim('claims', 'dead-worker', 3, '1 hour');
+UPDATE gd.instances SET attempt = 2 WHERE id = :lost2_id;
+SELECT lease_token AS lost1_token FROM gd.instances WHERE id = :lost1_id \gset
+BEGIN;
+UPDATE gd.instances SET lease_expires_at = now() - interval '1 second', updated_at = now() - interval '1 hour 1 second'
+ WHERE id IN (:lost1_id, :lost2_id, :alive_id);
+-- An expired lease not yet reclaimed still owns the row: a heartbeat keeps it.
+SELECT gd_heartbeat(:alive_id, lease_token) AS alive_kept FROM gd.instances WHERE id = :alive_id;
+SELECT gd._reclaim_leases(100) AS reclaimed;
+COMMIT;
+SELECT n, status, step, external, attempt, lease_owner, has_token, error FROM t.xw
+ WHERE n IN ('lost1', 'lost2', 'alive') ORDER BY n;
+SELECT eligible_at <= clock_timestamp() AS at_once FROM gd.instances WHERE id = :lost1_id;
+-- The dead worker's late completion is dropped.
+SELECT gd_complete(:lost1_id, :lost1_token, gd_done('{"late": true}')) AS applied;
+SELECT n, status, result FROM t.xw WHERE n = 'lost1';
+SELECT status, error->>'message' AS message FROM gd_await(:lost2_id, '1s');
+
+-- gd._expire_leases is the reaper's entry: it reclaims, and returns when it
+-- next has work (the earliest lease to expire, or external work coming due).
+BEGIN;
+SELECT gd._expire_leases() = least(
+         (SELECT min(lease_expires_at) FROM gd.instances WHERE status = 'executing'),
+         (SELECT min(eligible_at) FROM gd.instances WHERE status = 'runnable' AND external AND eligible_at > now()))
+       AS next_due;
+COMMIT;
+
+-- Clean up the claims so later suites see no leases.
+UPDATE gd.instances SET status = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+ WHERE fsm = 'xw' AND status IN ('runnable', 'executing');
