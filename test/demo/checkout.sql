@@ -1,4 +1,5 @@
--- gen_durable demo: a checkout workflow as a durable finite state machine.
+-- gen_durable demo: a checkout workflow as a durable finite state machine,
+-- then deliveries that fan out into parcels and wait for a carrier's signal.
 --
 --   reserve ──> charge ──> ship ──> done
 --
@@ -138,3 +139,89 @@ BEGIN
     END IF;
 END $$;
 \echo 'OK: all 20 orders are done with exactly 3 ledger rows each: every step ran exactly once.'
+\echo
+
+\echo '== 8. Signals and fan-out: a delivery packs one parcel per item (child instances),'
+\echo '      then waits up to 2s for the carrier''s "picked_up" signal'
+--
+--   pack ──spawn parcels──> (all parcels done) ──> await_pickup ──signal or timeout──> finish
+--
+CREATE TABLE shop.parcels (delivery text, item text, packed_by bigint);
+
+CREATE FUNCTION shop.pack_parcel(state jsonb, ctx gd.context) RETURNS gd.outcome
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO shop.parcels VALUES (state->>'delivery', state->>'item', ctx.id);
+    RETURN gd_done(jsonb_build_object('item', state->'item'));
+END $$;
+
+CREATE FUNCTION shop.delivery(state jsonb, ctx gd.context) RETURNS gd.outcome
+LANGUAGE plpgsql AS $$
+BEGIN
+    CASE ctx.step
+    WHEN 'pack' THEN      -- one child instance per item; resume at await_pickup when all are done
+        RETURN gd_spawn((SELECT jsonb_agg(jsonb_build_object('fsm', 'parcel',
+                                    'state', jsonb_build_object('delivery', ctx.correlation_key, 'item', item)))
+                           FROM jsonb_array_elements_text(state->'items') item),
+                        then_step => 'await_pickup');
+    WHEN 'await_pickup' THEN
+        RETURN gd_wait_signal(ARRAY['picked_up'], timeout => '2s', then_step => 'finish',
+                              state => state || jsonb_build_object('parcels', jsonb_array_length(ctx.children)));
+    WHEN 'finish' THEN
+        IF ctx.timed_out THEN
+            RETURN gd_done(jsonb_build_object('parcels', state->'parcels', 'carrier', 'no show'));
+        END IF;
+        RETURN gd_done(jsonb_build_object('parcels', state->'parcels',
+                                          'carrier', ctx.signals->0->'payload'->>'carrier'));
+    END CASE;
+END $$;
+
+\o /dev/null
+SELECT gd_define_fsm('parcel', initial => 'pack', queue => 'default');
+SELECT gd_define_step('parcel', 'pack', 'shop.pack_parcel(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_fsm('delivery', initial => 'pack', queue => 'default');
+SELECT gd_define_step('delivery', step, 'shop.delivery(jsonb, gd.context)'::regprocedure)
+  FROM unnest(ARRAY['pack', 'await_pickup', 'finish']) step;
+SELECT gd_insert('delivery', jsonb_build_object('items', items), correlation_key => key)
+  FROM (VALUES ('delivery-1', '["tea", "cups"]'::jsonb), ('delivery-2', '["kettle"]'),
+               ('delivery-3', '["tray", "spoons", "sugar"]')) AS d(key, items);
+\o
+\echo 'Each delivery first parks until its parcels are packed (gd_await says "awaiting"):'
+SELECT i.correlation_key AS delivery, a.status, a.step
+  FROM gd.instances i CROSS JOIN LATERAL gd_await(i.id, '10s') a
+ WHERE i.fsm = 'delivery' ORDER BY i.id;
+DO $$
+BEGIN   -- the last parcel's commit wakes the reaper, which resumes its delivery
+    WHILE EXISTS (SELECT FROM gd.instances WHERE fsm = 'delivery' AND status <> 'awaiting_signal') LOOP
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END $$;
+\echo 'Then, all parcels done, it parks again on the "picked_up" signal:'
+SELECT i.correlation_key AS delivery, i.status, i.step, i.wait_names,
+       (SELECT count(*) FROM gd.instances c WHERE c.parent_id = i.id AND c.status = 'done') AS parcels_done
+  FROM gd.instances i WHERE i.fsm = 'delivery' ORDER BY i.id;
+
+\echo 'The carrier signals deliveries 1 and 2 by correlation key; delivery 3 gets no signal:'
+SELECT gd_signal('delivery-1', 'picked_up', '{"carrier": "DHL"}') AS "signal delivery-1",
+       gd_signal('delivery-2', 'picked_up', '{"carrier": "UPS"}') AS "signal delivery-2";
+CREATE TEMP TABLE deliveries AS
+SELECT i.id, i.correlation_key AS delivery, a.status, a.result
+  FROM gd.instances i CROSS JOIN LATERAL gd_await(i.id, '10s', until => 'terminal') a
+ WHERE i.fsm = 'delivery';
+SELECT d.delivery, d.status, d.result,
+       round(extract(epoch FROM i.finished_at - i.wait_started) * 1000) AS ms_after_parking
+  FROM deliveries d
+  JOIN (SELECT id, finished_at, (SELECT max(updated_at) FROM gd.instances c WHERE c.parent_id = p.id) AS wait_started
+          FROM gd.instances p) i USING (id)
+ ORDER BY d.id;
+\echo 'Deliveries 1 and 2 resumed as their signal committed; delivery 3 timed out after 2s (ctx.timed_out).'
+
+DO $$
+BEGIN
+    IF (SELECT count(*) FROM gd.instances WHERE fsm = 'delivery' AND status = 'done') <> 3
+       OR (SELECT count(*) FROM shop.parcels) <> 6
+       OR (SELECT result->>'carrier' FROM gd.instances WHERE correlation_key = 'delivery-3') <> 'no show' THEN
+        RAISE EXCEPTION 'demo check failed: deliveries, parcels or the timeout are not as expected';
+    END IF;
+END $$;
+\echo 'OK: 3 deliveries done, 6 parcels packed once each, one pickup timed out.'
