@@ -39,6 +39,7 @@ GD_PACKAGES=(
     make
     perl                      # prove / TAP::Harness
     libipc-run-perl           # PostgreSQL::Test::Utils needs IPC::Run
+    python3-psycopg           # examples/gd_worker.py, the reference external worker (TAP tests run it)
     util-linux                # runuser
 )
 

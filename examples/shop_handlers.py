@@ -1,0 +1,26 @@
+"""Handlers for gd_worker.py: the external 'charge' step of examples/shop.sql.
+
+    python3 examples/gd_worker.py --dsn 'dbname=app' --queue shop --handlers examples/shop_handlers.py
+"""
+import time
+
+from gd_worker import done, next_step, retry, stop
+
+
+def charge(state, ctx):
+    """Charge the card through a payment provider (simulated here).
+
+    Runs outside the database, so it may run more than once if a worker dies
+    mid-step: pass an idempotency key to the provider.
+    """
+    idempotency_key = f"order-{ctx['id']}"
+    amount = state.get("amount", 0)
+    if amount <= 0:
+        return stop({"reason": "nothing to charge", "amount": amount})
+    if state.get("card") == "flaky" and ctx["attempt"] < 2:
+        return retry({"reason": "provider timeout"}, backoff=0.5)
+    time.sleep(0.2)  # the provider's round trip
+    return next_step("receipt", {**state, "charged": amount, "payment_ref": idempotency_key})
+
+
+HANDLERS = {("shop_order", "charge"): charge}
