@@ -61,6 +61,9 @@ struct Transition {
     TimestampTz wait_deadline; /* awaiting_signal: 0 for no timeout */
     const char *then_step;   /* awaiting_*: the step to resume at */
     Datum children;          /* awaiting_children: jsonb array of insert options */
+    int spawned;             /* awaiting_children: how many children were inserted */
+    StatEvent event;         /* the step event to count (StatEvent::count_: none) */
+    int64 duration_us;       /* time spent in the step, for gd.stats */
 };
 
 /*
@@ -69,12 +72,21 @@ struct Transition {
  */
 Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome);
 /*
- * Write the transition (one UPDATE, which also clears any lease), then what
- * follows from it: a wait consumes signals already in the inbox, a spawn
- * inserts the children, a finished child wakes the reaper to check its parent,
- * and gd_await callers are woken at commit.
+ * Writing a transition comes in two halves.  gd_prepare_transition does what
+ * may fail on the handler's account (a spawn inserts its children, which may
+ * be refused), so the in-database runner calls it inside the step's
+ * subtransaction.  gd_write_transition updates the instance row (one UPDATE,
+ * which also clears any lease) and does what follows: a wait consumes signals
+ * already in the inbox, an empty spawn resumes at once, a finished child wakes
+ * the reaper to check its parent, and gd_await callers are woken at commit.
+ * The runner writes in the round's own transaction, which holds the row lock:
+ * an UPDATE from a subtransaction of the locker would make the row's xmax a
+ * MultiXact, which costs every later pick of the queue.
  */
-void gd_apply_transition(int64 id, const Transition &t);
+void gd_prepare_transition(int64 id, Transition &t);
+void gd_write_transition(int64 id, const Transition &t);
+/* Both halves, for callers without a subtransaction (external completions). */
+void gd_apply_transition(int64 id, Transition t);
 /* The transition for a failed attempt: retry after backoff, or fail past max_attempts. */
 Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &def, Datum error,
                                int64 explicit_backoff_us);

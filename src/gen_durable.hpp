@@ -44,6 +44,8 @@ std::vector<std::string> parse_database_list(const char *text);
 
 /* ---- shared memory (shmem.cpp) ------------------------------------------ */
 
+#include "stats.hpp" /* GdStats lives in GdShared */
+
 constexpr int GD_MAX_WORKERS = 128;
 
 enum class WorkerKind : int32 { free = 0, executor, reaper, gc };
@@ -82,6 +84,7 @@ struct GdShared {
     pg_atomic_uint32 restart_now;   /* set by CREATE EXTENSION: skip restart back-offs */
     WorkerSlot workers[GD_MAX_WORKERS];
     pg_atomic_uint32 awaiting_backends;
+    GdStats stats;
     AwaitSlot await_slots[FLEXIBLE_ARRAY_MEMBER]; /* MaxBackends entries */
 };
 

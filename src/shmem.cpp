@@ -53,6 +53,7 @@ void startup_shmem()
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
         pg_atomic_init_u32(&gd_shared->restart_now, 0);
+        gd_stats_init(&gd_shared->stats);
         for (int i = 0; i < MaxBackends; i++)
             pg_atomic_init_u64(&gd_shared->await_slots[i].instance_id, 0);
     }

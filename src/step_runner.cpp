@@ -5,9 +5,11 @@
  * the step's effects and the instance's new state commit together.  If the
  * handler raises, overruns its timeout, returns NULL or a bad outcome, the
  * subtransaction is rolled back (its effects vanish) and the attempt is
- * recorded as a retry with the error.
+ * recorded as a retry with the error.  The transition itself is written in
+ * the round's transaction, after the subtransaction ends.
  */
 #include "executor.hpp"
+#include "stats.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -150,12 +152,15 @@ void run_step(const PickedInstance &row, const char *queue)
 
     MemoryContext round_context = CurrentMemoryContext;
     ResourceOwner round_owner = CurrentResourceOwner;
+    TimestampTz started = GetCurrentTimestamp();
+    Transition t{};
     BeginInternalSubTransaction(nullptr);
     MemoryContextSwitchTo(round_context);
     PG_TRY();
     {
         HeapTupleHeader outcome = call_handler(row, def, queue);
-        gd_apply_transition(row.id, gd_outcome_transition(row, def, outcome));
+        t = gd_outcome_transition(row, def, outcome);
+        gd_prepare_transition(row.id, t);
         ReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(round_context);
         CurrentResourceOwner = round_owner;
@@ -169,10 +174,12 @@ void run_step(const PickedInstance &row, const char *queue)
         RollbackAndReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(round_context);
         CurrentResourceOwner = round_owner;
-        gd_apply_transition(row.id, gd_retry_transition(row, def, gd_error_json(edata, row), -1));
+        t = gd_retry_transition(row, def, gd_error_json(edata, row), -1);
         FreeErrorData(edata);
     }
     PG_END_TRY();
+    t.duration_us = GetCurrentTimestamp() - started;
+    gd_write_transition(row.id, t); /* in the round's transaction: see executor.hpp */
 }
 
 } // namespace
@@ -183,6 +190,9 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
     prepare_context_type();
     batch.resize(Min(limit, GD_MAX_BATCH));
     int count = gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context);
+    gd_count(StatEvent::pick);
+    gd_count(StatEvent::pick_demand, batch.size());
+    gd_count(StatEvent::pick_rows, static_cast<uint64>(count));
     batch.resize(count);
     for (const PickedInstance &row : batch) {
         if (slot != nullptr)

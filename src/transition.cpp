@@ -7,6 +7,7 @@
  * completions share this path.
  */
 #include "executor.hpp"
+#include "stats.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"
@@ -27,6 +28,7 @@ enum OutcomeColumn {
 SPIPlanPtr update_plan = nullptr;
 SPIPlanPtr wake_if_signalled_plan = nullptr;
 SPIPlanPtr spawn_plan = nullptr;
+SPIPlanPtr resume_parent_plan = nullptr;
 
 int64 interval_usecs(Datum value)
 {
@@ -57,7 +59,7 @@ SPIPlanPtr prepare_kept(const char *sql, int nargs, Oid *types)
     return plan;
 }
 
-/* Run a kept one-bigint-plus-optional-jsonb call such as gd._spawn_children(id, children). */
+/* Run a kept follow-up call taking the instance id (and perhaps one jsonb). */
 void call_follow_up(SPIPlanPtr plan, int64 id, Datum extra)
 {
     Datum args[2] = {Int64GetDatum(id), extra};
@@ -107,7 +109,9 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     t.step = row.step;
     t.attempt = 1;
     t.eligible_at = GetCurrentTimestamp();
+    t.event = StatEvent::count_;
     if (strcmp(kind, "next") == 0) {
+        t.event = StatEvent::step_next;
         Datum step = GetAttributeByNum(outcome, OUTCOME_STEP, &isnull);
         if (isnull)
             bad_outcome(row, "gd_next without a step");
@@ -145,6 +149,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         return gd_final_transition(row, "failed", 0, isnull ? empty_object() : error);
     }
     if (strcmp(kind, "await") == 0) {
+        t.event = StatEvent::step_await;
         t.status = "awaiting_signal";
         t.then_step = resume_step(row, outcome, false);
         t.wait_names = GetAttributeByNum(outcome, OUTCOME_SIGNAL_NAMES, &isnull);
@@ -164,6 +169,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         return t;
     }
     if (strcmp(kind, "schedule_childs") == 0) {
+        t.event = StatEvent::step_spawn;
         t.status = "awaiting_children";
         t.then_step = resume_step(row, outcome, true);
         t.children = GetAttributeByNum(outcome, OUTCOME_CHILDREN, &isnull);
@@ -187,27 +193,52 @@ Transition gd_final_transition(const PickedInstance &row, const char *status, Da
     t.result = result;
     t.error = error;
     t.parent_id = row.parent_id;
+    t.event = strcmp(status, "done") == 0     ? StatEvent::step_done
+              : strcmp(status, "failed") == 0 ? StatEvent::step_stop
+                                              : StatEvent::count_;
     return t;
 }
 
-void gd_apply_transition(int64 id, const Transition &t)
+namespace {
+
+void prepare_plans()
 {
-    if (update_plan == nullptr) {
-        Oid types[12] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,      INT4OID,       TIMESTAMPTZOID,
-                         JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID};
-        update_plan = prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
-                                   "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
-                                   "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
-                                   "       resume = NULL, lease_owner = NULL, lease_token = NULL,"
-                                   "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
-                                   "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
-                                   "                          THEN clock_timestamp() END"
-                                   " WHERE id = $1",
-                                   12, types);
-        Oid follow_up_types[2] = {INT8OID, JSONBOID};
-        wake_if_signalled_plan = prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
-        spawn_plan = prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
-    }
+    if (update_plan != nullptr)
+        return;
+    Oid types[12] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
+                     JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID};
+    update_plan = prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
+                               "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
+                               "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
+                               "       resume = NULL, lease_owner = NULL, lease_token = NULL,"
+                               "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
+                               "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
+                               "                          THEN clock_timestamp() END"
+                               " WHERE id = $1",
+                               12, types);
+    Oid follow_up_types[2] = {INT8OID, JSONBOID};
+    wake_if_signalled_plan = prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
+    spawn_plan = prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
+    resume_parent_plan = prepare_kept("SELECT gd._resume_parents(ARRAY[$1])", 1, follow_up_types);
+}
+
+} // namespace
+
+void gd_prepare_transition(int64 id, Transition &t)
+{
+    if (strcmp(t.status, "awaiting_children") != 0)
+        return;
+    prepare_plans();
+    Datum args[2] = {Int64GetDatum(id), t.children};
+    if (SPI_execute_plan(spawn_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "gen_durable: spawning the children of instance " INT64_FORMAT " failed", id);
+    bool isnull;
+    t.spawned = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+void gd_write_transition(int64 id, const Transition &t)
+{
+    prepare_plans();
     Datum args[12] = {Int64GetDatum(id),   CStringGetTextDatum(t.status),
                       CStringGetTextDatum(t.step), t.state,
                       Int32GetDatum(t.attempt),    TimestampTzGetDatum(t.eligible_at),
@@ -218,25 +249,34 @@ void gd_apply_transition(int64 id, const Transition &t)
                       t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n'};
     if (SPI_execute_plan(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
+    if (t.event != StatEvent::count_)
+        gd_count_step(t.event, t.duration_us);
 
     if (strcmp(t.status, "awaiting_signal") == 0) {
         call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */
         if (t.wait_deadline != 0)
             gd_wake_reaper_at_commit(); /* it sleeps until the earliest deadline: this one may be earlier */
-    }
-    else if (strcmp(t.status, "awaiting_children") == 0)
-        call_follow_up(spawn_plan, id, t.children);
-    else if (t.parent_id != 0 && (strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0))
+    } else if (strcmp(t.status, "awaiting_children") == 0 && t.spawned == 0) {
+        call_follow_up(resume_parent_plan, id, 0); /* nothing to wait for */
+    } else if (t.parent_id != 0 && (strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0)) {
         gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
+    }
     gd_wake_awaiters_at_commit(id);
+}
+
+void gd_apply_transition(int64 id, Transition t)
+{
+    gd_prepare_transition(id, t);
+    gd_write_transition(id, t);
 }
 
 Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &def, Datum error,
                                int64 explicit_backoff_us)
 {
+    Transition t = gd_final_transition(row, row.attempt >= def.max_attempts ? "failed" : "runnable", 0, error);
+    t.event = StatEvent::step_retry;
     if (row.attempt >= def.max_attempts)
-        return gd_final_transition(row, "failed", 0, error);
-    Transition t = gd_final_transition(row, "runnable", 0, error);
+        return t;
     int64 delay_us = explicit_backoff_us;
     if (delay_us < 0) {
         /* backoff * 2^(attempt-1), capped; the shift is bounded so it cannot overflow */

@@ -80,7 +80,7 @@ BEGIN
 END $$;
 
 -- A spawn: insert the children (each an insert option object with an fsm)
--- under the parked parent.  No children: the parent resumes at once.
+-- under the parent about to park; returns how many.
 CREATE FUNCTION gd._spawn_children(parent_id bigint, children jsonb) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -98,9 +98,6 @@ BEGIN
         PERFORM gd._insert_entry(NULL, child, 'error', parent_id);
         spawned := spawned + 1;
     END LOOP;
-    IF spawned = 0 THEN
-        PERFORM gd._resume_parents(ARRAY[parent_id]);
-    END IF;
     RETURN spawned;
 END $$;
 
