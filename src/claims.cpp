@@ -28,7 +28,7 @@ extern "C" {
 
 namespace {
 
-/* The claimed rows' columns, as read by both plans below. */
+/* The claimed rows' columns, as read by both plans below: gd_read_instance's, then queue and lease owner. */
 constexpr const char *CLAIMED_COLUMNS =
     "SELECT i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume,"
     "       i.queue, i.lease_owner"
@@ -37,20 +37,9 @@ constexpr const char *CLAIMED_COLUMNS =
 SPIPlanPtr owned_plan = nullptr;
 SPIPlanPtr expired_plan = nullptr;
 
-SPIPlanPtr prepare_kept(const char *where, int nargs, Oid *types)
+SPIPlanPtr prepare_claimed(const char *where, int nargs, Oid *types)
 {
-    SPIPlanPtr plan = SPI_prepare(psprintf("%s %s", CLAIMED_COLUMNS, where), nargs, types);
-    if (plan == nullptr)
-        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-    SPI_keepplan(plan);
-    return plan;
-}
-
-char *text_column(HeapTuple tuple, TupleDesc desc, int column)
-{
-    bool isnull;
-    Datum value = SPI_getbinval(tuple, desc, column, &isnull);
-    return isnull ? nullptr : TextDatumGetCString(value);
+    return gd_prepare_kept(psprintf("%s %s", CLAIMED_COLUMNS, where), nargs, types);
 }
 
 /* One claimed row, in the memory of the SPI connection that read it. */
@@ -63,21 +52,9 @@ struct ClaimedRow {
 ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
 {
     ClaimedRow claimed{};
-    PickedInstance &row = claimed.row;
-    bool isnull;
-    row.id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
-    row.fsm = text_column(tuple, desc, 2);
-    row.version = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
-    row.step = text_column(tuple, desc, 4);
-    row.state = SPI_getbinval(tuple, desc, 5, &isnull);
-    row.attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
-    row.correlation_key = text_column(tuple, desc, 7);
-    Datum parent_id = SPI_getbinval(tuple, desc, 8, &isnull);
-    row.parent_id = isnull ? 0 : DatumGetInt64(parent_id);
-    Datum resume = SPI_getbinval(tuple, desc, 9, &isnull);
-    row.resume = isnull ? 0 : resume;
-    claimed.queue = text_column(tuple, desc, 10);
-    claimed.lease_owner = text_column(tuple, desc, 11);
+    gd_read_instance(tuple, desc, claimed.row);
+    claimed.queue = SPI_getvalue(tuple, desc, 10);
+    claimed.lease_owner = SPI_getvalue(tuple, desc, 11);
     return claimed;
 }
 
@@ -166,7 +143,7 @@ Datum gd_complete(PG_FUNCTION_ARGS)
     SPI_connect();
     if (owned_plan == nullptr) {
         Oid types[2] = {INT8OID, INT8OID};
-        owned_plan = prepare_kept("WHERE i.id = $1 AND i.lease_token = $2 AND i.status = 'executing' FOR UPDATE",
+        owned_plan = prepare_claimed("WHERE i.id = $1 AND i.lease_token = $2 AND i.status = 'executing' FOR UPDATE",
                                   2, types);
     }
     Datum args[2] = {Int64GetDatum(id), Int64GetDatum(token)};
@@ -204,7 +181,7 @@ Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
     SPI_connect();
     if (expired_plan == nullptr) {
         Oid types[1] = {INT4OID};
-        expired_plan = prepare_kept("WHERE i.status = 'executing' AND i.lease_expires_at < now()"
+        expired_plan = prepare_claimed("WHERE i.status = 'executing' AND i.lease_expires_at < now()"
                                     " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
                                     1, types);
     }

@@ -40,6 +40,11 @@ struct PickedInstance {
     Datum resume;          /* jsonb the step sees in ctx (signals, children, timed_out); 0 when none */
 };
 
+/* SPI_prepare and SPI_keepplan, or ERROR (picker.cpp). */
+SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types);
+/* Read columns id, fsm, version, step, state, attempt, correlation_key,
+ * parent_id, resume (in that order) into `row`, copied into CurrentMemoryContext. */
+void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);
 /* Lock up to `limit` runnable in-database steps of the queue, best first;
  * the rows are copied into `into`. */
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into);
@@ -108,3 +113,4 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot);
 /* A worker's work inside one round's transaction; each returns the ms to sleep after it. */
 long gd_executor_round(WorkerSlot *slot, const char *queue); /* executor.cpp */
 long gd_reaper_round();                                      /* reaper.cpp */
+long gd_gc_round(const char *database);                      /* gc.cpp */

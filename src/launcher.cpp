@@ -1,7 +1,8 @@
 /*
  * launcher.cpp — the one static background worker.  It turns the settings
- * gen_durable.database and gen_durable.queues into a plan (per database, one
- * reaper and one executor per unit of queue concurrency), starts the planned workers as
+ * gen_durable.database and gen_durable.queues into a plan (per database, a
+ * reaper, a garbage collector and one executor per unit of queue
+ * concurrency), starts the planned workers as
  * dynamic background workers, stops the ones no longer planned after a
  * reload, and restarts workers that died, backing off when one keeps dying
  * soon after starting (a database that does not exist, say).
@@ -64,10 +65,12 @@ void build_plan()
     try {
         std::vector<PlannedWorker> next;
         for (const std::string &database : gd::parse_database_list(gd_database_setting)) {
-            PlannedWorker reaper{};
-            reaper.kind = WorkerKind::reaper;
-            strlcpy(reaper.database, database.c_str(), NAMEDATALEN);
-            next.push_back(reaper);
+            for (WorkerKind kind : {WorkerKind::reaper, WorkerKind::gc}) {
+                PlannedWorker housekeeper{};
+                housekeeper.kind = kind;
+                strlcpy(housekeeper.database, database.c_str(), NAMEDATALEN);
+                next.push_back(housekeeper);
+            }
             for (const gd::QueueSetting &queue : gd::parse_queue_list(gd_queues_setting))
                 for (int i = 0; i < queue.concurrency; i++) {
                     PlannedWorker worker{};

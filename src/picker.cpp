@@ -19,15 +19,6 @@ namespace {
 SPIPlanPtr pick_plan = nullptr;
 SPIPlanPtr due_plan = nullptr;
 
-SPIPlanPtr prepare_kept(const char *sql, int nargs, Oid *types)
-{
-    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-    if (plan == nullptr)
-        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-    SPI_keepplan(plan);
-    return plan;
-}
-
 char *copy_text(HeapTuple tuple, TupleDesc desc, int column)
 {
     bool isnull;
@@ -37,11 +28,36 @@ char *copy_text(HeapTuple tuple, TupleDesc desc, int column)
 
 } // namespace
 
+SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
+{
+    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+    if (plan == nullptr)
+        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+    SPI_keepplan(plan);
+    return plan;
+}
+
+void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
+{
+    bool isnull;
+    row.id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
+    row.fsm = copy_text(tuple, desc, 2);
+    row.version = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+    row.step = copy_text(tuple, desc, 4);
+    row.state = datumCopy(SPI_getbinval(tuple, desc, 5, &isnull), false, -1);
+    row.attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+    row.correlation_key = copy_text(tuple, desc, 7);
+    Datum parent_id = SPI_getbinval(tuple, desc, 8, &isnull);
+    row.parent_id = isnull ? 0 : DatumGetInt64(parent_id);
+    Datum resume = SPI_getbinval(tuple, desc, 9, &isnull);
+    row.resume = isnull ? 0 : datumCopy(resume, false, -1);
+}
+
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into)
 {
     if (pick_plan == nullptr) {
         Oid types[2] = {TEXTOID, INT4OID};
-        pick_plan = prepare_kept(
+        pick_plan = gd_prepare_kept(
             "SELECT i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume"
             "  FROM gd.instances i"
             " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND i.eligible_at <= now()"
@@ -59,22 +75,8 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     MemoryContext spi_context = MemoryContextSwitchTo(into);
     int count = static_cast<int>(SPI_processed);
     TupleDesc desc = SPI_tuptable->tupdesc;
-    for (int i = 0; i < count; i++) {
-        HeapTuple tuple = SPI_tuptable->vals[i];
-        bool isnull;
-        PickedInstance &row = out[i];
-        row.id = DatumGetInt64(SPI_getbinval(tuple, desc, 1, &isnull));
-        row.fsm = copy_text(tuple, desc, 2);
-        row.version = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
-        row.step = copy_text(tuple, desc, 4);
-        row.state = datumCopy(SPI_getbinval(tuple, desc, 5, &isnull), false, -1);
-        row.attempt = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
-        row.correlation_key = copy_text(tuple, desc, 7);
-        Datum parent_id = SPI_getbinval(tuple, desc, 8, &isnull);
-        row.parent_id = isnull ? 0 : DatumGetInt64(parent_id);
-        Datum resume = SPI_getbinval(tuple, desc, 9, &isnull);
-        row.resume = isnull ? 0 : datumCopy(resume, false, -1);
-    }
+    for (int i = 0; i < count; i++)
+        gd_read_instance(SPI_tuptable->vals[i], desc, out[i]);
     MemoryContextSwitchTo(spi_context);
     SPI_freetuptable(SPI_tuptable);
     return count;
@@ -84,7 +86,7 @@ TimestampTz gd_next_due(const char *queue)
 {
     if (due_plan == nullptr) {
         Oid types[1] = {TEXTOID};
-        due_plan = prepare_kept("SELECT min(i.eligible_at) FROM gd.instances i"
+        due_plan = gd_prepare_kept("SELECT min(i.eligible_at) FROM gd.instances i"
                                 " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external"
                                 "   AND i.eligible_at > now()",
                                 1, types);

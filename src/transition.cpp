@@ -50,15 +50,6 @@ Datum empty_object()
     return DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
 }
 
-SPIPlanPtr prepare_kept(const char *sql, int nargs, Oid *types)
-{
-    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
-    if (plan == nullptr)
-        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-    SPI_keepplan(plan);
-    return plan;
-}
-
 /* Run a kept follow-up call taking the instance id (and perhaps one jsonb). */
 void call_follow_up(SPIPlanPtr plan, int64 id, Datum extra)
 {
@@ -207,7 +198,7 @@ void prepare_plans()
         return;
     Oid types[12] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
                      JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID};
-    update_plan = prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
+    update_plan = gd_prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
                                "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
                                "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
                                "       resume = NULL, lease_owner = NULL, lease_token = NULL,"
@@ -217,9 +208,9 @@ void prepare_plans()
                                " WHERE id = $1",
                                12, types);
     Oid follow_up_types[2] = {INT8OID, JSONBOID};
-    wake_if_signalled_plan = prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
-    spawn_plan = prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
-    resume_parent_plan = prepare_kept("SELECT gd._resume_parents(ARRAY[$1])", 1, follow_up_types);
+    wake_if_signalled_plan = gd_prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
+    spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
+    resume_parent_plan = gd_prepare_kept("SELECT gd._resume_parents(ARRAY[$1])", 1, follow_up_types);
 }
 
 } // namespace

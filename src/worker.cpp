@@ -1,6 +1,6 @@
 /*
- * worker.cpp — the life of an engine background worker (executor or
- * reaper), as the launcher planned it in a shared-memory slot.  Each round is
+ * worker.cpp — the life of an engine background worker (executor, reaper
+ * or garbage collector), as the launcher planned it in a shared-memory slot.  Each round is
  * one transaction in which the worker's kind does its work (executor.cpp,
  * reaper.cpp) and says how long to sleep before the next round; between
  * rounds the worker sleeps on its latch, so a commit that makes work due wakes
@@ -48,12 +48,10 @@ MemoryContext round_context = nullptr;
 bool extension_ready = false;
 bool reported_missing_extension = false;
 
-/* Only the first worker of a database reports at LOG; the others would repeat it. */
+/* One worker per database (its reaper) reports at LOG; the others would repeat it. */
 int report_level()
 {
-    return my_slot->queue_index == 0 && my_kind != WorkerKind::executor ? LOG
-           : my_kind == WorkerKind::executor && my_slot->queue_index == 0 ? DEBUG1
-                                                                          : DEBUG2;
+    return my_kind == WorkerKind::reaper ? LOG : DEBUG1;
 }
 
 bool check_extension()
@@ -89,7 +87,12 @@ long run_round()
         extension_ready = check_extension();
     if (extension_ready) {
         pgstat_report_activity(STATE_RUNNING, my_description);
-        sleep_ms = my_kind == WorkerKind::executor ? gd_executor_round(my_slot, my_queue) : gd_reaper_round();
+        switch (my_kind) {
+        case WorkerKind::executor: sleep_ms = gd_executor_round(my_slot, my_queue); break;
+        case WorkerKind::reaper: sleep_ms = gd_reaper_round(); break;
+        case WorkerKind::gc: sleep_ms = gd_gc_round(my_database); break;
+        case WorkerKind::free: break;
+        }
     }
 
     SPI_finish();
@@ -121,6 +124,11 @@ void sleep_on_latch(long timeout_ms)
     my_slot->idle = true;
     (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, PG_WAIT_EXTENSION);
     my_slot->idle = false;
+}
+
+void log_stop(int, Datum)
+{
+    ereport(LOG, (errmsg("gen_durable: %s in database \"%s\" stopped", my_description, my_database)));
 }
 
 [[noreturn]] void worker_loop()
@@ -165,12 +173,14 @@ void gd_worker_main(Datum arg)
         snprintf(my_description, sizeof(my_description), "executor %d for queue \"%s\"", my_slot->queue_index,
                  my_queue);
     else
-        snprintf(my_description, sizeof(my_description), "reaper");
+        snprintf(my_description, sizeof(my_description), "%s",
+                 my_kind == WorkerKind::reaper ? "reaper" : "garbage collector");
 
     BackgroundWorkerInitializeConnection(my_database, nullptr, 0);
     gd_worker_attach(my_slot);
     pgstat_report_appname(psprintf("gen_durable %s", my_description));
     round_context = AllocSetContextCreate(TopMemoryContext, "gen_durable round", ALLOCSET_DEFAULT_SIZES);
     ereport(LOG, (errmsg("gen_durable: %s in database \"%s\" started", my_description, my_database)));
+    before_shmem_exit(log_stop, 0);
     worker_loop();
 }

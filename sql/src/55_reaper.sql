@@ -33,6 +33,7 @@ BEGIN
         PERFORM gd._resume(expired, '{"timed_out": true, "signals": []}');
         count := count + 1;
     END LOOP;
+    PERFORM gd._count('await_timeout', count);
     RETURN count;
 END $$;
 
