@@ -15,6 +15,7 @@
  * Only plain data is live here: PostgreSQL errors propagate as usual.
  */
 #include "executor.hpp"
+#include "stats.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -105,6 +106,7 @@ void reclaim(const ClaimedRow &claimed)
     }
     /* The attempt is counted; the step runs again at once (the worker died, the step did not fail). */
     Transition t = gd_retry_transition(row, *def, lease_expired_json(claimed), 0);
+    t.event = StatEvent::count_; /* counted as reaped, not as a step's outcome */
     keep_runner_of_step(t, row, *def);
     gd_apply_transition(row.id, t);
 }
@@ -150,7 +152,8 @@ Datum gd_complete(PG_FUNCTION_ARGS)
     if (SPI_execute_plan(owned_plan, args, nullptr, false, 1) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up the claim of instance " INT64_FORMAT " failed", id);
     if (SPI_processed == 0) {
-        /* A stale outcome: dropped.  (Counted as outcome_stale once the engine keeps counters.) */
+        /* A stale outcome: dropped. */
+        gd_count(StatEvent::outcome_stale);
         SPI_finish();
         PG_RETURN_BOOL(false);
     }
@@ -193,6 +196,8 @@ Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
     int count = static_cast<int>(SPI_processed);
     for (int i = 0; i < count; i++)
         reclaim(read_claimed(expired->vals[i], expired->tupdesc));
+    if (count > 0)
+        gd_count(StatEvent::reaped, static_cast<uint64>(count));
     SPI_finish();
     PG_RETURN_INT32(count);
 }

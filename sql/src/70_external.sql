@@ -150,6 +150,9 @@ BEGIN
        SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
            updated_at = clock_timestamp()
      WHERE i.id = gd_release.id AND i.lease_token = gd_release.lease_token AND i.status = 'executing';
+    IF FOUND THEN
+        PERFORM gd._count('drained');
+    END IF;
     RETURN FOUND;
 END $$;
 

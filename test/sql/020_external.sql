@@ -13,6 +13,9 @@ SELECT gd_define_step('xw', 'fetch', max_attempts => 2, backoff => '10 minutes',
 SELECT gd_define_step('xw', 'pack', 't.pack(jsonb, gd.context)'::regprocedure);
 SELECT gd_define_step('xw', 'ship');
 
+-- The counters before: stale outcomes, reaped leases and released claims are counted.
+CREATE TABLE t.stats_before AS SELECT event, count FROM gd.stats;
+
 -- A label per instance, to read results without ids.
 CREATE VIEW t.xw AS
 SELECT i.state->>'n' AS n, i.status, i.step, i.external, i.attempt, i.lease_owner,
@@ -173,6 +176,11 @@ SELECT gd._expire_leases() = least(
          (SELECT min(eligible_at) FROM gd.instances WHERE status = 'runnable' AND external AND eligible_at > now()))
        AS next_due;
 COMMIT;
+
+-- Counted: 4 stale outcomes dropped (b twice completed, rel after release
+-- and after cancel, lost1 after reclaim), 2 leases reaped, 1 claim released.
+SELECT s.event, s.count - b.count AS counted FROM gd.stats s JOIN t.stats_before b USING (event)
+ WHERE s.event IN ('outcome_stale', 'reaped', 'drained') ORDER BY 1;
 
 -- Clean up the claims so later suites see no leases.
 UPDATE gd.instances SET status = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
