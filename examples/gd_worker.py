@@ -22,7 +22,10 @@ The worker
   - completes each step with gd_complete; a false result means the lease was
     lost (the step was reclaimed and runs elsewhere): the outcome is dropped;
   - on SIGTERM or SIGINT finishes the step in hand, hands the rest of its
-    batch back with gd_release (no lease is waited out), and exits.
+    batch back with gd_release (no lease is waited out), and exits;
+  - exits with an error when its connection to the server is lost: run it
+    under a supervisor (systemd, a container runtime) that restarts it; its
+    claims come back when their leases expire.
 
 Side effects outside the database are at-least-once: a worker that dies
 mid-step leaves the step to be run again after its lease expires.  Make

@@ -181,7 +181,9 @@ DECLARE
     since timestamptz;
     due_queues text[];
 BEGIN
-    SELECT a.until INTO since FROM gd.external_due_announced a FOR UPDATE;
+    -- Read without a lock: an idle reaper writes nothing; two announcers at
+    -- once only announce a queue twice.
+    SELECT a.until INTO since FROM gd.external_due_announced a;
     SELECT array_agg(DISTINCT i.queue) INTO due_queues FROM gd.instances i
      WHERE i.status = 'runnable' AND i.external AND i.eligible_at > i.updated_at
        AND i.eligible_at > since - interval '1 second' AND i.eligible_at <= now();
