@@ -87,9 +87,6 @@ CREATE TABLE gd.instances (
 -- The executors' pick: runnable in-database steps of a queue, best first.
 CREATE INDEX instances_pick ON gd.instances (queue, priority, eligible_at, id)
     WHERE status = 'runnable' AND NOT external;
--- When does the next scheduled row of a queue come due.
-CREATE INDEX instances_due ON gd.instances (queue, external, eligible_at)
-    WHERE status = 'runnable';
 CREATE UNIQUE INDEX instances_correlation ON gd.instances (correlation_key)
     WHERE correlation_held;
 CREATE INDEX instances_parent ON gd.instances (parent_id) WHERE parent_id IS NOT NULL;
