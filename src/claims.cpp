@@ -68,18 +68,6 @@ Transition undefined_step_transition(const PickedInstance &row)
     return gd_final_transition(row, "failed", 0, error);
 }
 
-/*
- * An instance that stays at the claimed step (a retry, a failure, a wait)
- * stays external: `external` says who runs the current step, and a retry or
- * gd_retry(id) must come back to the workers.  gd_next to another step
- * already says which.
- */
-void keep_runner_of_step(Transition &t, const PickedInstance &row, const StepDefinition &def)
-{
-    if (strcmp(t.step, row.step) == 0)
-        t.external = def.handler == InvalidOid;
-}
-
 /* {"message", "worker", "step", "attempt"} for a lease that expired. */
 Datum lease_expired_json(const ClaimedRow &claimed)
 {
@@ -107,7 +95,6 @@ void reclaim(const ClaimedRow &claimed)
     /* The attempt is counted; the step runs again at once (the worker died, the step did not fail). */
     Transition t = gd_retry_transition(row, *def, lease_expired_json(claimed), 0);
     t.event = StatEvent::count_; /* counted as reaped, not as a step's outcome */
-    keep_runner_of_step(t, row, *def);
     gd_apply_transition(row.id, t);
 }
 
@@ -166,7 +153,6 @@ Datum gd_complete(PG_FUNCTION_ARGS)
     } else {
         const StepDefinition def = *found; /* the cache may be emptied by what follows */
         t = gd_outcome_transition(row, def, outcome);
-        keep_runner_of_step(t, row, def);
     }
     gd_apply_transition(id, t);
     if (strcmp(t.status, "runnable") == 0 && !t.external)

@@ -67,6 +67,7 @@ struct Transition {
     const char *then_step;   /* awaiting_*: the step to resume at */
     Datum children;          /* awaiting_children: jsonb array of insert options */
     int spawned;             /* awaiting_children: how many children were inserted */
+    bool keep_resume;        /* a retry: the step runs again with the same ctx signals/children */
     StatEvent event;         /* the step event to count (StatEvent::count_: none) */
     int64 duration_us;       /* time spent in the step, for gd.stats */
 };

@@ -101,6 +101,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     t.attempt = 1;
     t.eligible_at = GetCurrentTimestamp();
     t.event = StatEvent::count_;
+    t.external = def.handler == InvalidOid; /* who runs the current step; gd_next says who runs the next */
     if (strcmp(kind, "next") == 0) {
         t.event = StatEvent::step_next;
         Datum step = GetAttributeByNum(outcome, OUTCOME_STEP, &isnull);
@@ -133,11 +134,15 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     }
     if (strcmp(kind, "done") == 0) {
         Datum result = GetAttributeByNum(outcome, OUTCOME_RESULT, &isnull);
-        return gd_final_transition(row, "done", isnull ? empty_object() : result, 0);
+        Transition done = gd_final_transition(row, "done", isnull ? empty_object() : result, 0);
+        done.external = t.external;
+        return done;
     }
     if (strcmp(kind, "stop") == 0) {
         Datum error = GetAttributeByNum(outcome, OUTCOME_ERROR, &isnull);
-        return gd_final_transition(row, "failed", 0, isnull ? empty_object() : error);
+        Transition stopped = gd_final_transition(row, "failed", 0, isnull ? empty_object() : error);
+        stopped.external = t.external;
+        return stopped;
     }
     if (strcmp(kind, "await") == 0) {
         t.event = StatEvent::step_await;
@@ -196,17 +201,17 @@ void prepare_plans()
 {
     if (update_plan != nullptr)
         return;
-    Oid types[12] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
-                     JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID};
+    Oid types[13] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
+                     JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID};
     update_plan = gd_prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
                                "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
                                "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
-                               "       resume = NULL, lease_owner = NULL, lease_token = NULL,"
+                               "       resume = CASE WHEN $13 THEN resume END, lease_owner = NULL, lease_token = NULL,"
                                "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
                                "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
                                "                          THEN clock_timestamp() END"
                                " WHERE id = $1",
-                               12, types);
+                               13, types);
     Oid follow_up_types[2] = {INT8OID, JSONBOID};
     wake_if_signalled_plan = gd_prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
     spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
@@ -230,14 +235,15 @@ void gd_prepare_transition(int64 id, Transition &t)
 void gd_write_transition(int64 id, const Transition &t)
 {
     prepare_plans();
-    Datum args[12] = {Int64GetDatum(id),   CStringGetTextDatum(t.status),
+    Datum args[13] = {Int64GetDatum(id),   CStringGetTextDatum(t.status),
                       CStringGetTextDatum(t.step), t.state,
                       Int32GetDatum(t.attempt),    TimestampTzGetDatum(t.eligible_at),
                       t.result,            t.error,
                       BoolGetDatum(t.external),    t.wait_names,
-                      TimestampTzGetDatum(t.wait_deadline), t.then_step ? CStringGetTextDatum(t.then_step) : 0};
-    char nulls[12] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' ',
-                      t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n'};
+                      TimestampTzGetDatum(t.wait_deadline), t.then_step ? CStringGetTextDatum(t.then_step) : 0,
+                      BoolGetDatum(t.keep_resume)};
+    char nulls[13] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' ',
+                      t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n', ' '};
     if (SPI_execute_plan(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
     if (t.event != StatEvent::count_)
@@ -266,6 +272,8 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
 {
     Transition t = gd_final_transition(row, row.attempt >= def.max_attempts ? "failed" : "runnable", 0, error);
     t.event = StatEvent::step_retry;
+    t.external = def.handler == InvalidOid; /* the same step: the same kind of runner */
+    t.keep_resume = true;                   /* the retried step sees what its first attempt saw */
     if (row.attempt >= def.max_attempts)
         return t;
     int64 delay_us = explicit_backoff_us;

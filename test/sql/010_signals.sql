@@ -64,3 +64,25 @@ SELECT t.try($$SELECT gd_wait_signal('{}')$$);
 SELECT t.try($$SELECT gd_wait_signal(NULL)$$);
 SELECT t.try($$SELECT gd_wait_signal('{a,NULL}')$$);
 SELECT t.try($$SELECT gd_wait_signal('{a}', timeout => '-1s')$$);
+
+-- A step resumed by a signal that fails and is retried sees the same ctx.signals again.
+CREATE FUNCTION t.flaky_after_signal(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    IF ctx.step = 'park' THEN
+        RETURN gd_wait_signal(ARRAY['go'], then_step => 'use');
+    END IF;
+    IF ctx.attempt = 1 THEN
+        RAISE EXCEPTION 'first try fails';
+    END IF;
+    RETURN gd_done(jsonb_build_object('attempt', ctx.attempt, 'payload', ctx.signals->0->'payload'));
+END $$;
+SELECT gd_define_fsm('flaky_sig', initial => 'park', queue => 'sig');
+SELECT gd_define_step('flaky_sig', 'park', 't.flaky_after_signal(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_step('flaky_sig', 'use', 't.flaky_after_signal(jsonb, gd.context)'::regprocedure, backoff => '0s');
+SELECT gd_insert('flaky_sig') AS flaky_id \gset
+SELECT gd._execute('sig', 10);
+SELECT gd_signal(:flaky_id, 'go', '{"n": 7}');
+SELECT gd._execute('sig', 10);   -- attempt 1 of 'use' fails
+SELECT status, step, attempt, resume->'signals'->0->'payload' AS kept FROM gd.instances WHERE id = :flaky_id;
+SELECT gd._execute('sig', 10);   -- attempt 2 sees the signal
+SELECT status, result FROM gd_await(:flaky_id, '1s');
