@@ -31,8 +31,7 @@ namespace {
 
 /* The claimed rows' columns, as read by both plans below: gd_read_instance's, then queue and lease owner. */
 constexpr const char *CLAIMED_COLUMNS =
-    "SELECT i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume,"
-    "       i.queue, i.lease_owner"
+    "SELECT " GD_INSTANCE_COLUMNS ", i.queue, i.lease_owner"
     "  FROM gd.instances i";
 
 SPIPlanPtr owned_plan = nullptr;
@@ -54,8 +53,8 @@ ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
 {
     ClaimedRow claimed{};
     gd_read_instance(tuple, desc, claimed.row);
-    claimed.queue = SPI_getvalue(tuple, desc, 10);
-    claimed.lease_owner = SPI_getvalue(tuple, desc, 11);
+    claimed.queue = SPI_getvalue(tuple, desc, GD_INSTANCE_COLUMN_COUNT + 1);
+    claimed.lease_owner = SPI_getvalue(tuple, desc, GD_INSTANCE_COLUMN_COUNT + 2);
     return claimed;
 }
 

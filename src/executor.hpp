@@ -38,7 +38,14 @@ struct PickedInstance {
     char *correlation_key; /* nullptr when none */
     int64 parent_id;       /* 0 when none */
     Datum resume;          /* jsonb the step sees in ctx (signals, children, timed_out); 0 when none */
+    char *concurrency_key; /* nullptr when none */
 };
+
+/* The columns gd_read_instance reads, in its order, for queries on gd.instances i. */
+#define GD_INSTANCE_COLUMNS                                                                                      \
+    "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
+    "i.concurrency_key"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 10;
 
 /* SPI_prepare and SPI_keepplan, or ERROR (picker.cpp). */
 SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types);
@@ -62,6 +69,7 @@ struct Transition {
     Datum error;             /* 0: NULL */
     bool external;
     int64 parent_id;         /* the instance's parent (0: none): woken when this one ends */
+    const char *concurrency_key; /* the instance's key (nullptr: none): room is made when it stops running */
     Datum wait_names;        /* awaiting_signal: text[] of names */
     TimestampTz wait_deadline; /* awaiting_signal: 0 for no timeout */
     const char *then_step;   /* awaiting_*: the step to resume at */
@@ -93,6 +101,12 @@ void gd_prepare_transition(int64 id, Transition &t);
 void gd_write_transition(int64 id, const Transition &t);
 /* Both halves, for callers without a subtransaction (external completions). */
 void gd_apply_transition(int64 id, Transition t);
+/*
+ * Make room under the concurrency keys whose holders stopped running in this
+ * transaction (gd._ungate), in key order so two rounds never deadlock on
+ * them.  Runners call it once, after their last transition.
+ */
+void gd_release_concurrency_keys();
 /* The transition for a failed attempt: retry after backoff, or fail past max_attempts. */
 Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &def, Datum error,
                                int64 explicit_backoff_us);

@@ -5,7 +5,9 @@
  * executors hold; the lock lasts until the round commits, so no row runs
  * twice at once and a crash simply releases it.  A second plan tells an idle
  * executor when the next scheduled row comes due, so it sleeps exactly that
- * long (or the poll interval, whichever is shorter).
+ * long (or the poll interval, whichever is shorter).  Both use the one pick
+ * index: a second index on eligibility lured the planner into sorting the
+ * whole backlog for every pick.
  */
 #include "executor.hpp"
 
@@ -51,6 +53,7 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.parent_id = isnull ? 0 : DatumGetInt64(parent_id);
     Datum resume = SPI_getbinval(tuple, desc, 9, &isnull);
     row.resume = isnull ? 0 : datumCopy(resume, false, -1);
+    row.concurrency_key = copy_text(tuple, desc, 10);
 }
 
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into)
@@ -58,9 +61,9 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     if (pick_plan == nullptr) {
         Oid types[2] = {TEXTOID, INT4OID};
         pick_plan = gd_prepare_kept(
-            "SELECT i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume"
+            "SELECT " GD_INSTANCE_COLUMNS
             "  FROM gd.instances i"
-            " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND i.eligible_at <= now()"
+            " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated AND i.eligible_at <= now()"
             "   AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
             " ORDER BY i.priority, i.eligible_at, i.id"
             " LIMIT $2"
@@ -86,10 +89,25 @@ TimestampTz gd_next_due(const char *queue)
 {
     if (due_plan == nullptr) {
         Oid types[1] = {TEXTOID};
-        due_plan = gd_prepare_kept("SELECT min(i.eligible_at) FROM gd.instances i"
-                                " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external"
-                                "   AND i.eligible_at > now()",
-                                1, types);
+        /* The pick index is ordered by priority first: visit each priority
+         * present (a loose index scan) and take its first future row. */
+        due_plan = gd_prepare_kept(
+            "WITH RECURSIVE priorities(priority) AS ("
+            "  (SELECT i.priority FROM gd.instances i"
+            "    WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
+            "    ORDER BY i.priority LIMIT 1)"
+            "  UNION ALL"
+            "  SELECT (SELECT i.priority FROM gd.instances i"
+            "           WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
+            "             AND i.priority > p.priority"
+            "           ORDER BY i.priority LIMIT 1)"
+            "    FROM priorities p WHERE p.priority IS NOT NULL)"
+            "SELECT min((SELECT i.eligible_at FROM gd.instances i"
+            "             WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
+            "               AND i.priority = p.priority AND i.eligible_at > now()"
+            "             ORDER BY i.eligible_at LIMIT 1))"
+            "  FROM priorities p WHERE p.priority IS NOT NULL",
+            1, types);
     }
     Datum args[1] = {CStringGetTextDatum(queue)};
     if (SPI_execute_plan(due_plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)

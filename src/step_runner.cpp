@@ -200,6 +200,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
         run_step(row, queue);
         CHECK_FOR_INTERRUPTS();
     }
+    gd_release_concurrency_keys();
     batch.clear();
     return count;
 }

@@ -11,6 +11,7 @@
 
 extern "C" {
 #include "lib/stringinfo.h"
+#include "access/xact.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -29,6 +30,21 @@ SPIPlanPtr update_plan = nullptr;
 SPIPlanPtr wake_if_signalled_plan = nullptr;
 SPIPlanPtr spawn_plan = nullptr;
 SPIPlanPtr resume_parent_plan = nullptr;
+SPIPlanPtr ungate_plan = nullptr;
+
+/* Keys whose holders stopped running in this transaction (strings live as long as the rows). */
+const char *keys_to_release[GD_MAX_BATCH];
+int keys_to_release_count = 0;
+
+void forget_keys_at_transaction_end(XactEvent, void *)
+{
+    keys_to_release_count = 0; /* an aborted runner leaves pointers to freed rows behind */
+}
+
+int compare_keys(const void *a, const void *b)
+{
+    return strcmp(*static_cast<const char *const *>(a), *static_cast<const char *const *>(b));
+}
 
 int64 interval_usecs(Datum value)
 {
@@ -102,6 +118,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     t.eligible_at = GetCurrentTimestamp();
     t.event = StatEvent::count_;
     t.external = def.handler == InvalidOid; /* who runs the current step; gd_next says who runs the next */
+    t.concurrency_key = row.concurrency_key;
     if (strcmp(kind, "next") == 0) {
         t.event = StatEvent::step_next;
         Datum step = GetAttributeByNum(outcome, OUTCOME_STEP, &isnull);
@@ -189,6 +206,7 @@ Transition gd_final_transition(const PickedInstance &row, const char *status, Da
     t.result = result;
     t.error = error;
     t.parent_id = row.parent_id;
+    t.concurrency_key = row.concurrency_key;
     t.event = strcmp(status, "done") == 0     ? StatEvent::step_done
               : strcmp(status, "failed") == 0 ? StatEvent::step_stop
                                               : StatEvent::count_;
@@ -201,6 +219,7 @@ void prepare_plans()
 {
     if (update_plan != nullptr)
         return;
+    RegisterXactCallback(forget_keys_at_transaction_end, nullptr);
     Oid types[13] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
                      JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID};
     update_plan = gd_prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
@@ -216,6 +235,8 @@ void prepare_plans()
     wake_if_signalled_plan = gd_prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
     spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
     resume_parent_plan = gd_prepare_kept("SELECT gd._resume_parents(ARRAY[$1])", 1, follow_up_types);
+    Oid key_types[1] = {TEXTOID};
+    ungate_plan = gd_prepare_kept("SELECT gd._ungate($1)", 1, key_types);
 }
 
 } // namespace
@@ -258,13 +279,36 @@ void gd_write_transition(int64 id, const Transition &t)
     } else if (t.parent_id != 0 && (strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0)) {
         gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
     }
+    bool still_running = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "executing") == 0;
+    if (t.concurrency_key != nullptr && !still_running && keys_to_release_count < GD_MAX_BATCH)
+        keys_to_release[keys_to_release_count++] = t.concurrency_key;
     gd_wake_awaiters_at_commit(id);
+}
+
+void gd_release_concurrency_keys()
+{
+    int count = keys_to_release_count;
+    keys_to_release_count = 0;
+    if (count == 0)
+        return;
+    prepare_plans();
+    qsort(keys_to_release, count, sizeof(keys_to_release[0]), compare_keys);
+    for (int i = 0; i < count; i++) {
+        if (i > 0 && strcmp(keys_to_release[i], keys_to_release[i - 1]) == 0)
+            continue;
+        Datum args[1] = {CStringGetTextDatum(keys_to_release[i])};
+        int result = SPI_execute_plan(ungate_plan, args, nullptr, false, 1);
+        if (result != SPI_OK_SELECT)
+            elog(ERROR, "gen_durable: making room under concurrency key \"%s\" failed: %s", keys_to_release[i],
+                 SPI_result_code_string(result));
+    }
 }
 
 void gd_apply_transition(int64 id, Transition t)
 {
     gd_prepare_transition(id, t);
     gd_write_transition(id, t);
+    gd_release_concurrency_keys();
 }
 
 Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &def, Datum error,

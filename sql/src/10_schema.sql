@@ -57,6 +57,7 @@ CREATE TABLE gd.instances (
     external          boolean NOT NULL,   -- the current step has no handler
     priority          int NOT NULL DEFAULT 0,
     concurrency_key   text,
+    gated             boolean NOT NULL DEFAULT false, -- waits for room under its concurrency key
     correlation_key   text,
     correlation_scope text[] NOT NULL,
     rate_limit        text,
@@ -86,7 +87,7 @@ CREATE TABLE gd.instances (
 
 -- The executors' pick: runnable in-database steps of a queue, best first.
 CREATE INDEX instances_pick ON gd.instances (queue, priority, eligible_at, id)
-    WHERE status = 'runnable' AND NOT external;
+    WHERE status = 'runnable' AND NOT external AND NOT gated;
 CREATE UNIQUE INDEX instances_correlation ON gd.instances (correlation_key)
     WHERE correlation_held;
 CREATE INDEX instances_parent ON gd.instances (parent_id) WHERE parent_id IS NOT NULL;

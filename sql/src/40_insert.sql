@@ -17,6 +17,7 @@ DECLARE
     occupant bigint;
     first_step text;
     run_at timestamptz;
+    must_wait boolean;   -- gated: no room under the concurrency key yet
 BEGIN
     fsm_row := gd._newest_fsm(fsm);
     IF state IS NULL OR jsonb_typeof(state) <> 'object' THEN
@@ -49,22 +50,28 @@ BEGIN
     IF correlation_key = '' THEN
         PERFORM gd._bad_argument('correlation_key must not be empty');
     END IF;
-    IF rate_limit IS NOT NULL OR concurrency_key IS NOT NULL THEN
+    IF rate_limit IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
-            MESSAGE = 'gen_durable: rate_limit and concurrency_key are not supported by this version';
+            MESSAGE = 'gen_durable: rate_limit is not supported by this version';
     END IF;
+    IF concurrency_key IS NOT NULL AND (concurrency_key = '' OR split_part(concurrency_key, ':', 1) = '') THEN
+        PERFORM gd._bad_argument(format('concurrency_key must be name or name:partition, got %L', concurrency_key));
+    END IF;
+    must_wait := gd._must_gate(concurrency_key);
 
     LOOP
-        INSERT INTO gd.instances AS i (fsm, version, step, state, queue, external, priority, concurrency_key,
+        INSERT INTO gd.instances AS i (fsm, version, step, state, queue, external, priority, concurrency_key, gated,
                                        correlation_key, correlation_scope, rate_limit, weight, eligible_at,
                                        parent_id)
         VALUES (fsm_row.name, fsm_row.version, first_step, fsm_row.state_defaults || state, queue,
-                step_row.handler IS NULL, priority, concurrency_key, correlation_key, correlation_scope,
+                step_row.handler IS NULL, priority, concurrency_key, must_wait, correlation_key, correlation_scope,
                 rate_limit, weight, run_at, parent_id)
         ON CONFLICT (correlation_key) WHERE correlation_held DO NOTHING
         RETURNING i.id INTO new_id;
         IF new_id IS NOT NULL THEN
-            PERFORM gd._wake_on_commit(queue);
+            IF NOT must_wait THEN
+                PERFORM gd._wake_on_commit(queue);
+            END IF;
             RETURN new_id;
         END IF;
         SELECT i.id INTO occupant FROM gd.instances i

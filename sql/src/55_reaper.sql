@@ -9,6 +9,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE gd.instances i
        SET status = 'runnable', step = instance.wait_then_step, attempt = 1, resume = resume_with,
+           gated = gd._must_gate(instance.concurrency_key),
            external = (SELECT s.handler IS NULL FROM gd.steps s
                         WHERE s.fsm = i.fsm AND s.version = i.version AND s.step = instance.wait_then_step),
            wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,
@@ -71,6 +72,7 @@ BEGIN
         RETURN clock_timestamp();          -- a full batch may leave more: go again
     END IF;
     PERFORM gd._resume_parents();
+    PERFORM gd._repair_keys();
     RETURN least((SELECT min(i.wait_deadline) FROM gd.instances i
                    WHERE i.status = 'awaiting_signal' AND i.wait_deadline IS NOT NULL),
                  gd._expire_leases());   -- external work: expired leases, scheduled work come due

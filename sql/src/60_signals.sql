@@ -107,28 +107,34 @@ LANGUAGE plpgsql AS $$
 DECLARE
     target gd.instances;
     ended bigint;
+    freed_key text;
+    freed_keys text[] := '{}';
 BEGIN
     SELECT * INTO target FROM gd.instances i WHERE i.id = gd_cancel.id FOR UPDATE;
     IF NOT FOUND OR NOT target.status = ANY (gd._live_statuses()) THEN
         RETURN false;
     END IF;
-    FOR ended IN
+    FOR ended, freed_key IN
         WITH RECURSIVE tree AS (
             SELECT target.id AS id
             UNION ALL
             SELECT c.id FROM gd.instances c JOIN tree t ON c.parent_id = t.id
              WHERE c.status = ANY (gd._live_statuses()))
         UPDATE gd.instances i
-           SET status = 'cancelled', error = jsonb_build_object('cancelled', coalesce(reason, '')),
+           SET status = 'cancelled', error = jsonb_build_object('cancelled', coalesce(reason, '')), gated = false,
                wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,
                lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                finished_at = clock_timestamp(), updated_at = clock_timestamp()
           FROM tree
          WHERE i.id = tree.id AND i.status = ANY (gd._live_statuses())
-        RETURNING i.id
+        RETURNING i.id, i.concurrency_key
     LOOP
         PERFORM gd._wake_awaiters_on_commit(ended);
+        IF freed_key IS NOT NULL THEN
+            freed_keys := freed_keys || freed_key;
+        END IF;
     END LOOP;
+    PERFORM gd._ungate(k) FROM (SELECT DISTINCT unnest(freed_keys) AS k ORDER BY 1) keys;
     IF target.parent_id IS NOT NULL THEN
         PERFORM gd._wake_reaper_on_commit();   -- a cancelled child counts as ended
     END IF;
@@ -143,6 +149,7 @@ DECLARE
 BEGIN
     UPDATE gd.instances i
        SET status = 'runnable', attempt = 1, error = NULL, result = NULL, finished_at = NULL,
+           gated = gd._must_gate(i.concurrency_key),
            eligible_at = clock_timestamp(), updated_at = clock_timestamp()
      WHERE i.id = gd_retry.id AND i.status = 'failed'
     RETURNING * INTO revived;

@@ -20,7 +20,7 @@ CREATE SEQUENCE gd.lease_tokens;
 
 -- gd_claim's pick: runnable external steps of a queue, best first.
 CREATE INDEX instances_claim ON gd.instances (queue, priority, eligible_at, id)
-    WHERE status = 'runnable' AND external;
+    WHERE status = 'runnable' AND external AND NOT gated;
 -- The reaper: leases soonest to expire, and external work soonest to come due.
 CREATE INDEX instances_lease ON gd.instances (lease_expires_at) WHERE status = 'executing';
 CREATE INDEX instances_external_due ON gd.instances (eligible_at) WHERE status = 'runnable' AND external;
@@ -104,7 +104,8 @@ BEGIN
     WITH picked AS (
         SELECT i.id, clock_timestamp() AS claimed_at
           FROM gd.instances i
-         WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND i.eligible_at <= now()
+         WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
+           AND i.eligible_at <= now()
            AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = claim_queue AND q.paused)
          ORDER BY i.priority, i.eligible_at, i.id
          LIMIT claim_max

@@ -1,0 +1,105 @@
+-- Concurrency keys: at most the limit of instances holding a key run at once;
+-- the rest wait "gated", out of the pick index, admitted best first as room
+-- is made.  Queue 'flow' has no background executors (gd._execute steps it).
+CREATE FUNCTION t.keyed(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO t.ledger (instance_id, step, attempt) VALUES (ctx.id, ctx.step, ctx.attempt);
+    IF ctx.step = 'one' THEN
+        RETURN gd_next('two');
+    END IF;
+    RETURN gd_done();
+END $$;
+SELECT gd_define_fsm('keyed', initial => 'one', queue => 'flow');
+SELECT gd_define_step('keyed', 'one', 't.keyed(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_step('keyed', 'two', 't.keyed(jsonb, gd.context)'::regprocedure);
+SELECT gd_stats_reset();
+
+-- An unconfigured name allows 1: the second and third instance of acct:1 wait;
+-- acct:2 is another partition and runs alongside.
+SELECT count(gd_insert('keyed', jsonb_build_object('n', n), concurrency_key => key, correlation_key => 'keyed-' || n))
+  FROM (VALUES (1, 'acct:1'), (2, 'acct:1'), (3, 'acct:1'), (4, 'acct:2')) v(n, key);
+SELECT correlation_key, concurrency_key, gated FROM gd.instances WHERE fsm = 'keyed' ORDER BY id;
+SELECT count FROM gd.stats WHERE event = 'concurrency_throttled';
+
+-- Each round runs only the admitted: keyed-1 holds acct:1 through both its steps.
+SELECT gd._execute('flow', 100) AS round_1;
+SELECT gd._execute('flow', 100) AS round_2;
+SELECT correlation_key, status, gated FROM gd.instances WHERE fsm = 'keyed' ORDER BY id;
+SELECT gd._execute('flow', 100) AS round_3;
+SELECT gd._execute('flow', 100) AS round_4;
+SELECT gd._execute('flow', 100) AS round_5;
+SELECT gd._execute('flow', 100) AS round_6;
+SELECT correlation_key, status FROM gd.instances WHERE fsm = 'keyed' ORDER BY id;
+-- The ledger shows acct:1's instances one after another, never interleaved.
+SELECT string_agg(i.correlation_key || '.' || l.step, ' ' ORDER BY l.at) AS acct_1_order
+  FROM t.ledger l JOIN gd.instances i ON i.id = l.instance_id WHERE i.concurrency_key = 'acct:1';
+
+-- A configured limit of 2; waiting instances are admitted by priority; a
+-- raised limit admits more at once.
+SELECT gd_set_concurrency_limit('api', 2);
+SELECT gd_insert('keyed', '{}', concurrency_key => 'api', priority => p, correlation_key => 'api-' || p)
+  FROM unnest(ARRAY[5, 4, 3, 2, 1]) p;
+SELECT correlation_key, gated FROM gd.instances WHERE concurrency_key = 'api' ORDER BY id;
+SELECT gd._execute('flow', 100) AS ran;        -- api-5 and api-4 (first in): step one
+SELECT gd._execute('flow', 100) AS ran;        -- their step two; then api-1 and api-2 (best priority) get in
+SELECT correlation_key, status, gated FROM gd.instances WHERE concurrency_key = 'api' ORDER BY id;
+SELECT gd_set_concurrency_limit('api', 10);
+SELECT count(*) FILTER (WHERE gated) AS still_waiting FROM gd.instances WHERE concurrency_key = 'api';
+
+-- finish the rest (each statement is a round: what a round admits runs in the next)
+SELECT gd._execute('flow', 100) AS drain \gset
+SELECT gd._execute('flow', 100) AS drain \gset
+SELECT gd._execute('flow', 100) AS drain \gset
+SELECT gd._execute('flow', 100) AS drain \gset
+SELECT count(*) AS unfinished FROM gd.instances WHERE queue = 'flow' AND status <> 'done';
+
+-- No head-of-line blocking: a waiting high-priority instance does not stop
+-- unrelated lower-priority work.  (The holder is scheduled an hour ahead.)
+SELECT gd_insert('keyed', '{}', concurrency_key => 'solo', schedule_in => '1 hour', correlation_key => 'solo-holder'),
+       gd_insert('keyed', '{}', concurrency_key => 'solo', priority => -10, correlation_key => 'solo-waiting'),
+       gd_insert('keyed', '{}', priority => 10, correlation_key => 'unkeyed') \gset
+SELECT gd._execute('flow', 1) AS ran;
+SELECT correlation_key, status, step, gated FROM gd.instances
+ WHERE correlation_key IN ('solo-holder', 'solo-waiting', 'unkeyed') ORDER BY 1;
+
+-- Cancelling a holder makes room for the next.
+SELECT gd_insert('keyed', '{}', concurrency_key => 'c', correlation_key => 'c-1') AS c1,
+       gd_insert('keyed', '{}', concurrency_key => 'c', correlation_key => 'c-2') AS c2 \gset
+SELECT gated FROM gd.instances WHERE id = :c2;
+SELECT gd_cancel(:c1);
+SELECT gated FROM gd.instances WHERE id = :c2;
+
+-- Refusals.
+SELECT t.try($$SELECT gd_set_concurrency_limit('api', 0)$$);
+SELECT t.try($$SELECT gd_set_concurrency_limit(NULL, 1)$$);
+SELECT t.try($$SELECT gd_set_concurrency_limit('a:b', 1)$$);
+SELECT t.try($$SELECT gd_insert('keyed', concurrency_key => '')$$);
+SELECT t.try($$SELECT gd_insert('keyed', concurrency_key => ':p')$$);
+SELECT gd_drop_concurrency_limit('api') AS dropped, gd_drop_concurrency_limit('api') AS dropped_again;
+
+-- The background executors (queue 'default', 2 of them) never run two
+-- instances of a key with limit 1 at once, nor three of a key with limit 2:
+-- the handlers record start and end times.
+CREATE TABLE t.spans (key text, instance_id bigint, started timestamptz, ended timestamptz);
+CREATE FUNCTION t.span(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+DECLARE
+    began timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pg_sleep(0.02);
+    INSERT INTO t.spans VALUES (state->>'key', ctx.id, began, clock_timestamp());
+    RETURN gd_done();
+END $$;
+SELECT gd_define_fsm('span', initial => 'run', queue => 'default');
+SELECT gd_define_step('span', 'run', 't.span(jsonb, gd.context)'::regprocedure);
+SELECT gd_set_concurrency_limit('pair', 2);
+CREATE TABLE t.span_ids AS
+SELECT gd_insert('span', jsonb_build_object('key', key), concurrency_key => key) AS id
+  FROM (SELECT CASE WHEN g % 2 = 0 THEN 'serial' ELSE 'pair' END AS key FROM generate_series(1, 30) g) k;
+SELECT count(*) FILTER (WHERE a.status = 'done') AS done
+  FROM t.span_ids s CROSS JOIN LATERAL gd_await(s.id, '30s') a;
+SELECT s.key, max(overlapping) AS most_at_once
+  FROM (SELECT a.key, a.instance_id,
+               (SELECT count(*) FROM t.spans b WHERE b.key = a.key AND b.started < a.ended AND a.started < b.ended)
+                   AS overlapping
+          FROM t.spans a) s
+ GROUP BY s.key ORDER BY s.key;
