@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run some TAP files of test/t quickly, as `make check` runs them, without the
+# rest of the suite (no build: run `make -j2 && make install` first).
+#
+#   bash test/t/run_tap.sh 030_crash_load 032_crash_signals     (names or paths)
+#
+# Prints prove's output; the scratch dir (server logs under tap/tmp_check/log)
+# is kept and named at the end.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/bootstrap.sh"
+ROOT=$GD_ROOT
+PGXS=$GD_PGXS_DIR
+
+WORK=$(mktemp -d /tmp/gd_tap.XXXXXX)
+chmod 755 "$WORK"
+mkdir -p "$WORK/t" "$WORK/tap"
+names=()
+for a in "$@"; do
+    n=$(basename "$a" .pl)
+    cp "$ROOT/test/t/$n.pl" "$WORK/t/"
+    names+=("t/$n.pl")
+done
+((${#names[@]})) || { echo "usage: $0 NAME..." >&2; exit 2; }
+cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
+cp -r "$ROOT/examples" "$WORK/examples"
+[[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
+export GD_PG_HOME=$WORK
+cd "$WORK"
+port=$(gd_free_port 5670)
+set +e
+gd_as_pg env TESTDIR="$WORK/tap" PATH="$GD_PG_BINDIR:$PATH" PGPORT="$port" \
+    PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
+    PERL5LIB="$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
+    perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${names[@]}"
+rc=$?
+set -e
+cat "$WORK/tap_counts"
+echo "(scratch dir: $WORK)"
+exit $rc
