@@ -37,7 +37,7 @@ SELECT string_agg(i.correlation_key || '.' || l.step, ' ' ORDER BY l.at) AS acct
 -- A configured limit of 2; waiting instances are admitted by priority; a
 -- raised limit admits more at once.
 SELECT gd_set_concurrency_limit('api', 2);
-SELECT gd_insert('keyed', '{}', concurrency_key => 'api', priority => p, correlation_key => 'api-' || p)
+SELECT count(gd_insert('keyed', '{}', concurrency_key => 'api', priority => p, correlation_key => 'api-' || p))
   FROM unnest(ARRAY[5, 4, 3, 2, 1]) p;
 SELECT correlation_key, gated FROM gd.instances WHERE concurrency_key = 'api' ORDER BY id;
 SELECT gd._execute('flow', 100) AS ran;        -- api-5 and api-4 (first in): step one
