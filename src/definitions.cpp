@@ -79,7 +79,8 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
         load_plan = SPI_prepare("SELECT s.handler::oid, f.owner::oid, s.max_attempts,"
                                 "       (extract(epoch FROM s.backoff) * 1000000)::int8,"
                                 "       (extract(epoch FROM s.max_backoff) * 1000000)::int8,"
-                                "       coalesce(least(extract(epoch FROM s.timeout) * 1000, 2147483647), 0)::int4"
+                                "       coalesce(least(extract(epoch FROM s.timeout) * 1000, 2147483647), 0)::int4,"
+                                "       s.rate_limit"
                                 "  FROM gd.steps s JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version"
                                 " WHERE s.fsm = $1 AND s.version = $2 AND s.step = $3",
                                 3, types);
@@ -107,6 +108,10 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
     def->backoff_us = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
     def->max_backoff_us = DatumGetInt64(SPI_getbinval(tuple, desc, 5, &isnull));
     def->timeout_ms = DatumGetInt32(SPI_getbinval(tuple, desc, 6, &isnull));
+    Datum rate_limit = SPI_getbinval(tuple, desc, 7, &isnull);
+    def->rate_limit[0] = '\0';
+    if (!isnull)
+        text_to_cstring_buffer(DatumGetTextPP(rate_limit), def->rate_limit, sizeof(def->rate_limit));
     return true;
 }
 

@@ -21,6 +21,7 @@ struct StepDefinition {
     int64 backoff_us;
     int64 max_backoff_us;
     int timeout_ms;        /* 0: no timeout */
+    char rate_limit[NAMEDATALEN]; /* "" when the step names no rate limit */
 };
 
 /* The definition of a step, or nullptr when the FSM version has no such step. */
@@ -39,13 +40,15 @@ struct PickedInstance {
     int64 parent_id;       /* 0 when none */
     Datum resume;          /* jsonb the step sees in ctx (signals, children, timed_out); 0 when none */
     char *concurrency_key; /* nullptr when none */
+    char *rate_limit;      /* the instance's rate limit key, nullptr when none */
+    int weight;            /* tokens a step takes */
 };
 
 /* The columns gd_read_instance reads, in its order, for queries on gd.instances i. */
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
-    "i.concurrency_key"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 10;
+    "i.concurrency_key, i.rate_limit, i.weight"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 12;
 
 /* SPI_prepare and SPI_keepplan, or ERROR (picker.cpp). */
 SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types);
@@ -116,6 +119,13 @@ Transition gd_final_transition(const PickedInstance &row, const char *status, Da
 void gd_notify_external_at_commit(const char *queue);
 /* {"sqlstate", "message", "detail", "step", "attempt"} for an error raised by a step. */
 Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
+
+/*
+ * Take the tokens a step needs from its rate limits (the instance's and the
+ * step's), or push the instance back until they will be there; false when
+ * the step must not run now (rate_limits.cpp).
+ */
+bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def);
 
 /*
  * Pick up to `limit` steps of the queue and run each to its transition, in

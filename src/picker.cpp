@@ -54,6 +54,8 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     Datum resume = SPI_getbinval(tuple, desc, 9, &isnull);
     row.resume = isnull ? 0 : datumCopy(resume, false, -1);
     row.concurrency_key = copy_text(tuple, desc, 10);
+    row.rate_limit = copy_text(tuple, desc, 11);
+    row.weight = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
 }
 
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into)

@@ -130,7 +130,8 @@ void prepare_context_type()
 
 namespace {
 
-void run_step(const PickedInstance &row, const char *queue)
+/* Run one picked step to its transition; false when its rate limit holds it back. */
+bool run_step(const PickedInstance &row, const char *queue)
 {
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
     if (found == nullptr) {
@@ -139,15 +140,17 @@ void run_step(const PickedInstance &row, const char *queue)
             jsonb_in, CStringGetDatum(psprintf("{\"sqlstate\": \"42704\", \"message\": \"gen_durable: step is no "
                                                "longer defined\", \"attempt\": %d}", row.attempt)));
         gd_apply_transition(row.id, gd_final_transition(row, "failed", 0, error));
-        return;
+        return true;
     }
     const StepDefinition def = *found; /* the cache may be emptied while the handler runs */
+    if ((row.rate_limit != nullptr || def.rate_limit[0] != '\0') && !gd_admit_rate(row, def))
+        return false; /* throttled: it runs when its tokens are there */
     if (def.handler == InvalidOid) {
         /* Now an external step (redefined): hand it to external workers. */
         Transition t = gd_final_transition(row, "runnable", 0, 0);
         t.external = true;
         gd_apply_transition(row.id, t);
-        return;
+        return true;
     }
 
     MemoryContext round_context = CurrentMemoryContext;
@@ -180,6 +183,7 @@ void run_step(const PickedInstance &row, const char *queue)
     PG_END_TRY();
     t.duration_us = GetCurrentTimestamp() - started;
     gd_write_transition(row.id, t); /* in the round's transaction: see executor.hpp */
+    return true;
 }
 
 } // namespace
@@ -194,13 +198,15 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
     gd_count(StatEvent::pick_demand, batch.size());
     gd_count(StatEvent::pick_rows, static_cast<uint64>(count));
     batch.resize(count);
+    int ran = 0;
     for (const PickedInstance &row : batch) {
         if (slot != nullptr)
             gd_worker_set_activity(slot, row.id);
-        run_step(row, queue);
+        if (run_step(row, queue))
+            ran++;
         CHECK_FOR_INTERRUPTS();
     }
     gd_release_concurrency_keys();
     batch.clear();
-    return count;
+    return ran;
 }

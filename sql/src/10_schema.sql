@@ -36,6 +36,7 @@ CREATE TABLE gd.steps (
     backoff      interval NOT NULL CHECK (backoff >= '0'),
     max_backoff  interval NOT NULL CHECK (max_backoff >= '0'),
     timeout      interval CHECK (timeout > '0'),
+    rate_limit   text,                 -- every run of the step takes a token from this limit
     PRIMARY KEY (fsm, version, step),
     FOREIGN KEY (fsm, version) REFERENCES gd.fsms ON DELETE CASCADE
 );

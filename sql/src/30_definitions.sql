@@ -39,7 +39,7 @@ END $$;
 CREATE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,
                                            max_attempts int DEFAULT 3, backoff interval DEFAULT '1s',
                                            max_backoff interval DEFAULT '5m', timeout interval DEFAULT NULL,
-                                           version int DEFAULT NULL)
+                                           version int DEFAULT NULL, rate_limit text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -85,11 +85,18 @@ BEGIN
                                  handler, step, handler_result::regtype);
         END IF;
     END IF;
-    INSERT INTO gd.steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout)
-    VALUES (fsm_row.name, fsm_row.version, step, handler, max_attempts, backoff, max_backoff, timeout)
+    IF rate_limit IS NOT NULL THEN
+        IF position(':' IN rate_limit) > 0 THEN
+            PERFORM gd._bad_argument(format('rate_limit of step %L must name a limit, without a partition, got %L',
+                                            step, rate_limit));
+        END IF;
+        PERFORM gd._rate_policy(rate_limit);
+    END IF;
+    INSERT INTO gd.steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)
+    VALUES (fsm_row.name, fsm_row.version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)
     ON CONFLICT ON CONSTRAINT steps_pkey DO UPDATE
        SET handler = excluded.handler, max_attempts = excluded.max_attempts, backoff = excluded.backoff,
-           max_backoff = excluded.max_backoff, timeout = excluded.timeout;
+           max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit;
 END $$;
 
 -- ---------------------------------------------------------------------------

@@ -50,10 +50,7 @@ BEGIN
     IF correlation_key = '' THEN
         PERFORM gd._bad_argument('correlation_key must not be empty');
     END IF;
-    IF rate_limit IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
-            MESSAGE = 'gen_durable: rate_limit is not supported by this version';
-    END IF;
+    PERFORM gd._check_rate_limit(rate_limit, weight);
     IF concurrency_key IS NOT NULL AND (concurrency_key = '' OR split_part(concurrency_key, ':', 1) = '') THEN
         PERFORM gd._bad_argument(format('concurrency_key must be name or name:partition, got %L', concurrency_key));
     END IF;

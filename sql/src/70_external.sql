@@ -101,20 +101,26 @@ BEGIN
         PERFORM gd._bad_argument(format('max must be between 1 and 1000, got %s', coalesce(claim_max::text, 'NULL')));
     END IF;
     RETURN QUERY
-    WITH picked AS (
-        SELECT i.id, clock_timestamp() AS claimed_at
+    WITH picked AS MATERIALIZED (
+        SELECT i.id, i.rate_limit, i.weight, s.rate_limit AS step_rate_limit, clock_timestamp() AS claimed_at
           FROM gd.instances i
+          LEFT JOIN gd.steps s ON s.fsm = i.fsm AND s.version = i.version AND s.step = i.step
          WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
            AND i.eligible_at <= now()
            AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = claim_queue AND q.paused)
          ORDER BY i.priority, i.eligible_at, i.id
          LIMIT claim_max
            FOR UPDATE OF i SKIP LOCKED),
+    -- Rate limits: a step without its tokens stays runnable, pushed back until they are there.
+    admitted AS MATERIALIZED (
+        SELECT p.id, p.claimed_at FROM picked p
+         WHERE (p.rate_limit IS NULL AND p.step_rate_limit IS NULL)
+            OR gd._admit_rate(p.id, ARRAY[p.rate_limit, p.step_rate_limit], p.weight) IS NULL),
     claimed AS (
         UPDATE gd.instances i
            SET status = 'executing', lease_owner = claim_worker, lease_token = nextval('gd.lease_tokens'),
                lease_expires_at = p.claimed_at + lease_length, updated_at = p.claimed_at
-          FROM picked p
+          FROM admitted p
          WHERE i.id = p.id
         RETURNING i.*)
     SELECT c.id, c.fsm, c.version, c.step, c.state,
