@@ -141,8 +141,9 @@ bool start_worker(int index)
     if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
         if (!warned_no_bgworker_slots)
             ereport(WARNING, (errmsg("gen_durable: could not start %s", worker.bgw_name),
-                              errhint("Raise max_worker_processes: it must cover every executor in "
-                                      "gen_durable.queues for every database, plus the launcher.")));
+                              errhint("Raise max_worker_processes: it must cover the launcher and, for every "
+                                      "database in gen_durable.database, a reaper, a garbage collector and "
+                                      "every executor in gen_durable.queues.")));
         warned_no_bgworker_slots = true;
         control[index].restart_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RETRY_REGISTER_MS);
         return false;

@@ -98,6 +98,7 @@ long run_round()
     SPI_finish();
     PopActiveSnapshot();
     CommitTransactionCommand();
+    pgstat_report_stat(false); /* table statistics: autovacuum sees the rows this round updated */
     gd_worker_set_activity(my_slot, 0);
     pgstat_report_activity(STATE_IDLE, nullptr);
     return sleep_ms;
