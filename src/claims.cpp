@@ -140,6 +140,8 @@ Datum gd_complete(PG_FUNCTION_ARGS)
     if (SPI_processed == 0) {
         /* A stale outcome: dropped. */
         gd_count(StatEvent::outcome_stale);
+        ereport(LOG, (errmsg("gen_durable: dropped a stale outcome for instance " INT64_FORMAT
+                             ": lease token " INT64_FORMAT " no longer owns it", id, token)));
         SPI_finish();
         PG_RETURN_BOOL(false);
     }
@@ -181,8 +183,10 @@ Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
     int count = static_cast<int>(SPI_processed);
     for (int i = 0; i < count; i++)
         reclaim(read_claimed(expired->vals[i], expired->tupdesc));
-    if (count > 0)
+    if (count > 0) {
         gd_count(StatEvent::reaped, static_cast<uint64>(count));
+        ereport(LOG, (errmsg("gen_durable: reclaimed %d expired lease%s", count, count == 1 ? "" : "s")));
+    }
     SPI_finish();
     PG_RETURN_INT32(count);
 }

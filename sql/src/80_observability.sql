@@ -73,6 +73,14 @@ BEGIN
     DELETE FROM gd.instances i USING victims v WHERE i.id = v.id;
     GET DIAGNOSTICS swept = ROW_COUNT;
     PERFORM gd._count('gc_swept', swept);
+    -- Token buckets nobody has used for longer than the retention and that
+    -- have refilled (a new one would be the same), or whose limit is gone.
+    DELETE FROM gd.rate_buckets b
+     WHERE b.key IN (SELECT k.key FROM gd.rate_buckets k
+                       LEFT JOIN gd.rate_limits l ON l.name = split_part(k.key, ':', 1)
+                      WHERE k.refilled_at < clock_timestamp() - retention
+                        AND (l.name IS NULL OR k.reserved_until IS NULL OR k.reserved_until < clock_timestamp())
+                      LIMIT batch FOR UPDATE OF k SKIP LOCKED);
     RETURN swept;
 END $$;
 
