@@ -79,7 +79,9 @@ BEGIN
      WHERE b.key IN (SELECT k.key FROM gd.rate_buckets k
                        LEFT JOIN gd.rate_limits l ON l.name = split_part(k.key, ':', 1)
                       WHERE k.refilled_at < clock_timestamp() - retention
-                        AND (l.name IS NULL OR k.reserved_until IS NULL OR k.reserved_until < clock_timestamp())
+                        AND (l.name IS NULL
+                             OR (coalesce(k.reserved_until, k.refilled_at) < clock_timestamp()
+                                 AND k.refilled_at + (l.burst - k.tokens) * l.per / l.rate < clock_timestamp()))
                       LIMIT batch FOR UPDATE OF k SKIP LOCKED);
     RETURN swept;
 END $$;
