@@ -29,6 +29,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 ROOT=$GD_ROOT
 PGXS=$GD_PGXS_DIR
 SUITE_TIMEOUT=${GD_SUITE_TIMEOUT:-180}
+# The TAP suite starts a cluster per file (crash, standby, load tests): it gets longer.
+TAP_SUITE_TIMEOUT=${GD_TAP_SUITE_TIMEOUT:-420}
 DIFF_LIMIT=20000
 
 PASSED=0
@@ -210,7 +212,7 @@ if ((${#tap_files[@]})); then
     # (Cluster.pm runs initdb/pg_ctl/pg_config from PATH), PGPORT, PG_REGRESS
     # (used for --config-auth).
     set +e
-    gd_as_pg timeout --kill-after=15 "$SUITE_TIMEOUT" env \
+    gd_as_pg timeout --kill-after=15 "$TAP_SUITE_TIMEOUT" env \
         TESTDIR="$WORK/tap" \
         PATH="$GD_PG_BINDIR:$PATH" \
         PGPORT="$port" \
