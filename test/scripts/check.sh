@@ -222,7 +222,7 @@ if ((${#tap_files[@]})); then
     rc=$?
     set -e
     if [[ $rc -eq 124 || $rc -eq 137 ]]; then
-        echo "TAP: suite TIMED OUT after ${SUITE_TIMEOUT}s"
+        echo "TAP: suite TIMED OUT after ${TAP_SUITE_TIMEOUT}s"
         stop_leftover_servers
     fi
 
