@@ -4,6 +4,13 @@
 #      terminates every backend and reinitializes: a crash-restart), and
 #   2. later the whole server is stopped with `pg_ctl stop -m immediate` (no
 #      shutdown checkpoint: WAL recovery at the next start) and started again.
+# The kills are timed with a gate: a committed flag every handler checks
+# after writing its ledger row, spinning while it is closed.  With the gate
+# closed every executor sits inside a step with uncommitted writes, so each
+# kill lands on rounds in flight, whatever the machine's speed; and as the
+# flag is a table row, it stays closed across the crash, so the test can see
+# that the rounds in flight left nothing behind (the committed count is the
+# same after the restart).
 # Afterwards every instance is done, and the ledger the handlers write (a
 # PRIMARY KEY on (instance, step), in the step's own transaction) holds exactly
 # one row per (instance, step): nothing lost, nothing twice.  Each ledger row
@@ -31,7 +38,7 @@ shared_preload_libraries = 'gen_durable'
 gen_durable.database = 'postgres'
 gen_durable.queues = 'default:3'
 gen_durable.poll_interval = '200ms'
-gen_durable.batch_size = 8
+gen_durable.batch_size = 16
 max_worker_processes = 16
 restart_after_crash = on
 fsync = off
@@ -48,103 +55,103 @@ CREATE TABLE ledger (
     attempt  int    NOT NULL,
     at       timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (instance, step));
+CREATE TABLE gate (open boolean NOT NULL);
+INSERT INTO gate VALUES (false);
 CREATE FUNCTION walk(state jsonb, ctx gd.context) RETURNS gd.outcome
 LANGUAGE plpgsql AS $$
 DECLARE
     n int := (state->>'n')::int;
 BEGIN
     INSERT INTO ledger (instance, step, seen_n, attempt) VALUES (ctx.id, ctx.step, n, ctx.attempt);
-    PERFORM pg_sleep((state->>'sleep')::float8);
+    WHILE NOT (SELECT open FROM gate) LOOP
+        PERFORM pg_sleep(0.01);
+    END LOOP;
     IF ctx.step = 'c' THEN
         RETURN gd_done(jsonb_build_object('n', n + 1));
     END IF;
     RETURN gd_next(CASE ctx.step WHEN 'a' THEN 'b' ELSE 'c' END, state || jsonb_build_object('n', n + 1));
 END $$;
-SELECT gd_define_fsm('three', 'a', 'default', 1, '{"n": 0, "sleep": 0.001}');
+SELECT gd_define_fsm('three', 'a', 'default', 1, '{"n": 0}');
 SELECT gd_define_step('three', s, 'walk(jsonb, gd.context)'::regprocedure, 5, '100ms', '1s')
   FROM unnest('{a,b,c}'::text[]) s;
 });
 
-# The ledger's row count; -1 while the server does not accept connections
-# (crash recovery in progress).
-sub ledger_count
-{
-	my ($rc, $out) = $node->psql('postgres', 'SELECT count(*) FROM ledger');
-	return $rc == 0 ? $out : -1;
-}
+sub committed { return $node->safe_psql('postgres', 'SELECT count(*) FROM ledger'); }
 
 sub log_size { return -s $node->logfile; }
 
-sub wait_log_within
+sub set_gate
 {
-	my ($offset, $re, $seconds) = @_;
-	my $deadline = time() + $seconds;
-	while (time() < $deadline)
-	{
-		return 1 if slurp_file($node->logfile, $offset) =~ m/$re/;
-		usleep(50_000);
-	}
-	return 0;
+	my ($open) = @_;
+	$node->safe_psql('postgres', "UPDATE gate SET open = $open");
 }
 
-# Poll (every 20 ms) until the ledger holds at least $rows rows; returns the count.
-sub wait_ledger_at_least
+# Every executor is inside a step, spinning at the closed gate.
+sub all_held
+{
+	my ($label) = @_;
+	return ok( $node->poll_query_until('postgres', q{
+SELECT count(*) FROM gd.workers w JOIN pg_stat_activity a USING (pid)
+ WHERE w.kind = 'executor' AND w.instance_id IS NOT NULL AND a.wait_event = 'PgSleep'}, '3'),
+		"$label: the 3 executors are inside steps, held at the gate");
+}
+
+# Open the gate in short pulses until at least $rows ledger rows are
+# committed; it is closed again on return.
+sub run_until
 {
 	my ($rows) = @_;
 	my $deadline = time() + 30;
 	my $count = 0;
 	while (time() < $deadline)
 	{
-		$count = ledger_count();
-		return $count if $count >= $rows;
-		usleep(20_000);
+		set_gate('true');
+		usleep(100_000);
+		set_gate('false');
+		$count = committed();
+		last if $count >= $rows;
 	}
 	return $count;
 }
 
-sub executors_busy
-{
-	return $node->safe_psql('postgres', q{
-SELECT count(*) FROM gd.workers WHERE kind = 'executor' AND instance_id IS NOT NULL});
-}
-
 my $t_start = time();
-$node->safe_psql('postgres',
-	"SELECT count(gd_insert('three')) FROM generate_series(1, $n)");
+$node->safe_psql('postgres', "SELECT count(gd_insert('three')) FROM generate_series(1, $n)");
 note(sprintf('inserted %d instances in %.1fs', $n, time() - $t_start));
+all_held('start');
 
 # ---------------------------------------------------------------------------
 # 1. SIGKILL an executor in the middle of a step
 # ---------------------------------------------------------------------------
-my $at_kill = wait_ledger_at_least(int($total * 0.15));
-my $victim = $node->safe_psql('postgres', q{
-SELECT pid FROM gd.workers WHERE kind = 'executor' AND instance_id IS NOT NULL ORDER BY pid LIMIT 1});
-$victim ||= $node->safe_psql('postgres',
-	"SELECT pid FROM gd.workers WHERE kind = 'executor' ORDER BY pid LIMIT 1");
+run_until(int($total * 0.1));
+all_held('before the kill');
+my $at_kill = committed();
+cmp_ok($at_kill, '<', $total, "$at_kill of $total steps committed before the kill");
+my $victim = $node->safe_psql('postgres',
+	"SELECT pid FROM gd.workers WHERE kind = 'executor' AND instance_id IS NOT NULL ORDER BY pid LIMIT 1");
 my $off = log_size();
-ok(kill('KILL', $victim), "kill -9 executor $victim with $at_kill of $total steps committed");
-cmp_ok($at_kill, '<', $total, '... while the run was in flight');
-ok(wait_log_within($off, qr/all server processes terminated; reinitializing/, 20),
+ok(kill('KILL', $victim), "kill -9 executor $victim, inside a step");
+ok($node->poll_query_until('postgres', 'SELECT true'), 'the server accepts connections again');
+ok($node->log_contains(qr/all server processes terminated; reinitializing/, $off),
 	'the postmaster crash-restarted every backend');
-
-# The engine comes back by itself and goes on.
-my $after_crash = wait_ledger_at_least($at_kill + int($total * 0.2));
-cmp_ok($after_crash, '>', $at_kill,
-	"work resumed after the crash-restart ($after_crash steps committed)");
+all_held('after the crash-restart');
+is(committed(), $at_kill, 'the rounds in flight at the crash left nothing behind');
 
 # ---------------------------------------------------------------------------
 # 2. pg_ctl stop -m immediate while steps run, then start
 # ---------------------------------------------------------------------------
-my $busy = executors_busy();
-my $at_stop = ledger_count();
+run_until($at_kill + int($total * 0.2));
+all_held('before the immediate stop');
+my $at_stop = committed();
+cmp_ok($at_stop, '<', $total, "$at_stop of $total steps committed before the immediate stop");
 $node->stop('immediate');
-cmp_ok($at_stop, '<', $total,
-	"immediate stop with $at_stop of $total steps committed ($busy executors inside a step)");
 $off = log_size();
 $node->start;
 ok($node->log_contains(qr/database system was interrupted|was not properly shut down; automatic recovery in progress/, $off),
 	'the restart ran crash recovery');
+all_held('after the restart');
+is(committed(), $at_stop, 'the rounds in flight at the stop left nothing behind');
 
+set_gate('true');
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) FROM gd.instances WHERE status = 'done'", $n),
 	"all $n instances are done")
@@ -157,7 +164,7 @@ note(sprintf('whole run: %.1fs', time() - $t_start));
 # ---------------------------------------------------------------------------
 is($node->safe_psql('postgres', 'SELECT count(*) FROM gd.instances'),
 	$n, "still exactly $n instances");
-is(ledger_count(), $total, "the ledger holds $total rows");
+is(committed(), $total, "the ledger holds $total rows");
 is( $node->safe_psql('postgres', q{
 SELECT count(*) FROM gd.instances i
  WHERE (SELECT string_agg(l.step || l.seen_n, ',' ORDER BY l.step) FROM ledger l WHERE l.instance = i.id)
@@ -171,13 +178,10 @@ SELECT count(*) FROM gd.instances
 	'0',
 	'every instance: done at step c, result n = 3, attempt 1, no error (no rerun hit the primary key)');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM ledger WHERE attempt <> 1'),
-	'0', 'no step needed a second attempt');
+	'0', 'no step needed a second attempt (interrupted rounds count none)');
 is( $node->safe_psql('postgres', q{
 SELECT count(*) FROM gd.instances WHERE lease_token IS NOT NULL OR wait_names IS NOT NULL OR resume IS NOT NULL}),
 	'0', 'no leftover lease, wait or resume data');
-ok( $node->poll_query_until('postgres',
-		"SELECT count(*) FROM gd.workers WHERE kind = 'executor'", '3'),
-	'the three executors are back');
 ok(!$node->log_contains(qr/PANIC|TRAP:|terminated by signal (6|11)/),
 	'no PANIC, assertion failure or segfault in the log');
 

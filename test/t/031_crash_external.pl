@@ -1,6 +1,8 @@
 # Crash under load with external steps:
 #   prepare (in-database) -> ext (external, examples/gd_worker.py) -> finish (in-database)
-# with a short lease (2 s), while
+# with a short lease (1.5 s).
+# External steps are held at a gate (a file the handler waits for) while the
+# test kills things, so every kill lands on claims in flight.
 #   - a worker is frozen (SIGSTOP) past its lease, then thawed: its claims
 #     were reclaimed meanwhile and its outcomes must not be applied;
 #   - a worker is SIGKILLed while it holds claims;
@@ -31,8 +33,8 @@ plan skip_all => "no $worker_script" unless -f $worker_script;
 plan skip_all => 'python3-psycopg is not installed'
   unless system($python, '-c', 'import psycopg') == 0;
 
-my $n       = 1500;
-my $lease   = 2;      # seconds
+my $n       = 600;
+my $lease   = 1.5;    # seconds
 my $workers = 3;
 
 my $node = PostgreSQL::Test::Cluster->new('crash_external');
@@ -87,60 +89,44 @@ sub stale_count
 		"SELECT coalesce(sum(count), 0) FROM gd.stats WHERE event = 'outcome_stale'");
 }
 
-sub claim
 {
-	my ($worker, $lease_len) = @_;
-	my $row = $node->safe_psql('postgres',
-		"SELECT id || ' ' || lease_token || ' ' || (ctx).attempt FROM gd_claim('probe', '$worker', 1, '$lease_len')");
-	return split / /, $row;
-}
+	# Two probes claimed by "slow" with a 1 s lease, reclaimed together.
+	my ($p1, $p2) = split /,/, $node->safe_psql('postgres',
+		"SELECT string_agg(gd_insert('probe')::text, ',' ORDER BY g) FROM generate_series(1, 2) g");
+	my %slow = map { my ($i, $t, $a) = split /\|/; ($i => [ $t, $a ]) } split /\n/,
+	  $node->safe_psql('postgres', "SELECT id, lease_token, (ctx).attempt FROM gd_claim('probe', 'slow', 2, '1s')");
+	is(join(' ', map { "$_:$slow{$_}[1]" } sort { $a <=> $b } keys %slow), "$p1:1 $p2:1",
+		'probes: worker "slow" claims both with a 1 s lease');
+	ok( $node->poll_query_until('postgres',
+			"SELECT count(*) = 2 FROM gd.instances WHERE id IN ($p1, $p2) AND status = 'runnable' AND attempt = 2 AND lease_token IS NULL"),
+		'probes: the reaper reclaims the expired leases (attempt 2)');
+	my ($slow1, $slow2) = ($slow{$p1}[0], $slow{$p2}[0]);
 
-sub wait_reclaimed
-{
-	my ($id, $attempt) = @_;
-	return $node->poll_query_until('postgres',
-		"SELECT status = 'runnable' AND attempt = $attempt AND lease_token IS NULL FROM gd.instances WHERE id = $id");
-}
-
-{
-	my $probe = $node->safe_psql('postgres', "SELECT gd_insert('probe')");
-	my ($id, $slow_token, $attempt) = claim('slow', '1s');
-	is("$id $attempt", "$probe 1", 'probe: worker "slow" claims it with a 1 s lease');
-	ok(wait_reclaimed($probe, 2), 'probe: the reaper reclaims the expired lease (attempt 2)');
-	my ($id2, $fast_token, $attempt2) = claim('fast', '30s');
-	is("$id2 $attempt2", "$probe 2", 'probe: worker "fast" claims it again');
+	# Probe 2: the late completion comes before anyone claimed it again.
 	my $stale_before = stale_count();
-	is( $node->safe_psql('postgres',
-			"SELECT gd_complete($probe, $slow_token, gd_done('{\"by\": \"slow\"}'))"),
-		'f', 'probe: "slow" completes with its old token: false');
-	is(stale_count() - $stale_before, 1, 'probe: counted once as outcome_stale');
-	is($node->safe_psql('postgres', "SELECT gd_heartbeat($probe, $slow_token)"),
-		'f', 'probe: its heartbeat is refused too');
-	is( $node->safe_psql('postgres',
-			"SELECT status || ' ' || lease_owner || ' ' || (lease_token = $fast_token) FROM gd.instances WHERE id = $probe"),
-		'executing fast true', 'probe: the stale completion changed nothing: "fast" still holds the claim');
-	is( $node->safe_psql('postgres',
-			"SELECT gd_complete($probe, $fast_token, gd_done('{\"by\": \"fast\"}'))"),
-		't', 'probe: "fast" completes: true');
-	is( $node->safe_psql('postgres',
-			"SELECT gd_complete($probe, $fast_token, gd_done('{\"by\": \"again\"}'))"),
-		'f', 'probe: a second completion of the same claim: false');
-	is(stale_count() - $stale_before, 2, 'probe: two stale outcomes counted');
-	is( $node->safe_psql('postgres',
-			"SELECT status || ' ' || (result->>'by') || ' ' || attempt FROM gd.instances WHERE id = $probe"),
-		'done fast 2', 'probe: exactly one outcome committed: "fast", at attempt 2');
+	is( $node->safe_psql('postgres', qq{
+SELECT gd_complete($p2, $slow2, gd_done('{"by": "slow"}'))
+       || ' ' || (SELECT status || ' ' || attempt || ' ' || (result IS NULL) FROM gd.instances WHERE id = $p2)}),
+		'false runnable 2 true', 'probe 2: a completion after the reclaim is refused (false), the step still runnable');
 
-	# A stale completion after the reclaim, before anyone claimed it again.
-	$probe = $node->safe_psql('postgres', "SELECT gd_insert('probe')");
-	($id, $slow_token) = claim('slow', '1s');
-	ok(wait_reclaimed($probe, 2), 'probe 2: reclaimed');
+	# Probe 1: claimed again by "fast"; then "slow" completes late.
+	my ($id2, $fast_token, $attempt2) = split /\|/, $node->safe_psql('postgres',
+		"SELECT id, lease_token, (ctx).attempt FROM gd_claim('probe', 'fast', 1, '30s')");
+	is("$id2 $attempt2", "$p1 2", 'probe 1: worker "fast" claims it again (attempt 2)');
+	is( $node->safe_psql('postgres', qq{
+SELECT gd_complete($p1, $slow1, gd_done('{"by": "slow"}')) || ' ' || gd_heartbeat($p1, $slow1)
+       || ' ' || (SELECT status || ' ' || lease_owner || ' ' || (lease_token = $fast_token) FROM gd.instances WHERE id = $p1)}),
+		'false false executing fast true',
+		'probe 1: "slow" completes and heartbeats with its old token: false, and "fast" still holds the claim');
+	is( $node->safe_psql('postgres', qq{
+SELECT gd_complete($p1, $fast_token, gd_done('{"by": "fast"}')) || ' '
+       || gd_complete($p1, $fast_token, gd_done('{"by": "again"}'))}),
+		'true false', 'probe 1: "fast" completes (true); a second completion of its claim: false');
+	is(stale_count() - $stale_before, 3, 'probes: the three stale outcomes are counted as outcome_stale');
 	is( $node->safe_psql('postgres',
-			"SELECT gd_complete($probe, $slow_token, gd_done('{\"by\": \"slow\"}'))"),
-		'f', 'probe 2: the late completion is refused while the step waits to be claimed again');
-	is( $node->safe_psql('postgres',
-			"SELECT status || ' ' || attempt || ' ' || (result IS NULL) FROM gd.instances WHERE id = $probe"),
-		'runnable 2 true', 'probe 2: still runnable, no result');
-	$node->safe_psql('postgres', "SELECT gd_cancel($probe, 'done probing')");
+			"SELECT status || ' ' || (result->>'by') || ' ' || attempt FROM gd.instances WHERE id = $p1"),
+		'done fast 2', 'probe 1: exactly one outcome committed: "fast", at attempt 2');
+	$node->safe_psql('postgres', "SELECT gd_cancel($p2, 'done probing')");
 }
 
 # ---------------------------------------------------------------------------
@@ -148,19 +134,22 @@ sub wait_reclaimed
 # ---------------------------------------------------------------------------
 my $effects  = $node->basedir . '/effects.log';
 my $handlers = $node->basedir . '/ext_handlers.py';
+my $gate     = $node->basedir . '/gate_open';    # exists: the external steps may finish
 PostgreSQL::Test::Utils::append_to_file($effects, '');
 PostgreSQL::Test::Utils::append_to_file($handlers, qq{
 import os, time
 from gd_worker import next_step
 
 EFFECTS = "$effects"
+GATE = "$gate"
 NAME = os.environ["GD_WORKER_NAME"]
 
 def ext(state, ctx):
     # The external effect: one line per run, outside the database.
     with open(EFFECTS, "a") as f:
         f.write(f"{ctx['id']} {ctx['attempt']} {NAME}\\n")
-    time.sleep(0.004)
+    while not os.path.exists(GATE):     # held here while the test's gate is closed
+        time.sleep(0.01)
     return next_step("finish", {**state, "ext": {"worker": NAME, "attempt": ctx["attempt"]}})
 
 HANDLERS = {("mix", "ext"): ext}
@@ -237,19 +226,56 @@ sub held_by
 SELECT string_agg(id || ':' || attempt, ' ') FROM gd.instances WHERE status = 'executing' AND lease_owner = '$name'});
 }
 
+sub set_gate
+{
+	my ($open) = @_;
+	if ($open) { PostgreSQL::Test::Utils::append_to_file($gate, ''); }
+	else       { unlink $gate; }
+}
+
+sub finished
+{
+	my ($rc, $out) = $node->psql('postgres', "SELECT count(*) FROM ledger WHERE step = 'finish'");
+	return $rc == 0 ? $out : -1;
+}
+
+# Open the gate in short pulses until at least $rows instances finished;
+# closed again on return.
+sub run_until
+{
+	my ($rows) = @_;
+	my $deadline = time() + 30;
+	my $count = 0;
+	while (time() < $deadline)
+	{
+		supervise();
+		set_gate(1);
+		usleep(250_000);
+		set_gate(0);
+		$count = finished();
+		last if $count >= $rows;
+	}
+	return $count;
+}
+
+# Every worker holds claims and sits inside a step at the closed gate.
+sub all_held
+{
+	my ($label) = @_;
+	ok(wait_for(q{SELECT count(DISTINCT lease_owner) FROM gd.instances WHERE status = 'executing'}, $workers),
+		"$label: each of the $workers workers holds claims, inside a step at the closed gate");
+}
+
 start_worker($_) for 0 .. $workers - 1;
 my $ids = $node->safe_psql('postgres',
 	"SELECT string_agg(gd_insert('mix')::text, ',') FROM generate_series(1, $n)");
 my $t0 = time();
+all_held('start');
 
-# 1. Freeze a worker that holds claims past its lease, then thaw it.
-ok(wait_for(q{SELECT count(DISTINCT lease_owner) > 0 FROM gd.instances WHERE status = 'executing'}, 't'),
-	'workers are claiming');
-my ($frozen) = grep { held_by($_->{name}) } @slot;
-$frozen //= $slot[0];
+# 1. Freeze a worker past its lease, then thaw it.
+my $frozen = $slot[0];
 kill 'STOP', $frozen->{pid};
 my $frozen_at = time();
-usleep(300_000);    # a statement it had sent before the stop finishes
 my @frozen_held = held_by($frozen->{name});
 note("froze $frozen->{name} holding @frozen_held");
 my $frozen_ids = join(',', map { (split /:/)[0] } @frozen_held) || '0';
@@ -260,18 +286,17 @@ cmp_ok($took, '>=', $lease - 0.5, sprintf('... not before the lease ran out (%.1
 kill 'CONT', $frozen->{pid};
 
 # 2. SIGKILL a worker holding claims.
-my ($victim) = grep { $_ != $frozen && held_by($_->{name}) } @slot;
-$victim //= (grep { $_ != $frozen } @slot)[0];
-kill 'STOP', $victim->{pid};
-usleep(300_000);
+run_until($n / 4);
+all_held('before the worker kill');
+my $victim = $slot[1];
 my @killed_held = held_by($victim->{name});
 kill 'KILL', $victim->{pid};
 note("killed $victim->{name} holding @killed_held");
 my $killed_name = $victim->{name};
 
 # 3. SIGKILL an executor: crash-restart.
-ok(wait_for(qq{SELECT count(*) >= $n / 3 FROM ledger WHERE step = 'finish'}, 't'),
-	'a third of the instances finished');
+run_until($n / 2);
+all_held('before the executor kill');
 my $exec_pid = $node->safe_psql('postgres',
 	"SELECT pid FROM gd.workers WHERE kind = 'executor' ORDER BY instance_id IS NULL, pid LIMIT 1");
 my $off = -s $node->logfile;
@@ -280,15 +305,14 @@ ok(wait_for('SELECT 1', '1'), 'the server accepts connections again after the cr
 ok($node->log_contains(qr/all server processes terminated; reinitializing/, $off),
 	'killing an executor crash-restarted the server');
 
-# 4. Immediate stop and start, mid-run.
-ok(wait_for(qq{SELECT count(*) >= 2 * $n / 3 FROM ledger WHERE step = 'finish'}, 't'),
-	'two thirds of the instances finished');
-my $finished_at_stop = $node->safe_psql('postgres', "SELECT count(*) FROM ledger WHERE step = 'finish'");
+# 4. Immediate stop and start, with claims in flight.
+my $finished_at_stop = run_until(3 * $n / 4);
+all_held('before the immediate stop');
 $node->stop('immediate');
 cmp_ok($finished_at_stop, '<', $n, "immediate stop with $finished_at_stop of $n finished");
-usleep(300_000);
 $node->start;
 
+set_gate(1);
 ok(wait_for(qq{SELECT count(*) FROM gd.instances WHERE fsm = 'mix' AND status = 'done'}, $n, 40),
 	"all $n instances done")
   or diag $node->safe_psql('postgres',
@@ -343,6 +367,7 @@ for my $case ([ 'frozen', $frozen->{name}, \@frozen_held ], [ 'killed', $killed_
 		my ($a, $w) = (split / /, ($committed{$id} // '- - -'))[1, 2];
 		push @applied, $claim if $w eq $name && $a == $attempt;
 	}
+	cmp_ok(scalar(@$held), '>', 0, "$label worker $name held claims");
 	is("@applied", '', "$label worker $name: none of the " . scalar(@$held) . ' claims it held has its outcome committed');
 }
 is( $node->safe_psql('postgres',

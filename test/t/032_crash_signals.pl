@@ -21,9 +21,9 @@ use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
-my $n_parked  = 200;    # queue default: parked on 'go' before the signals
-my $n_fresh   = 100;    # queue fresh (paused): not started when signalled
-my $n_timed   = 20;     # parked on a 2 s timed wait across the downtime
+my $n_parked  = 100;    # queue default: parked on 'go' before the signals
+my $n_fresh   = 50;    # queue fresh (paused): not started when signalled
+my $n_timed   = 20;     # parked on a 1 s timed wait across the downtime
 
 my $node = PostgreSQL::Test::Cluster->new('crash_signals');
 $node->init;
@@ -91,7 +91,7 @@ my $fresh = $node->safe_psql('postgres', qq{
 SELECT string_agg(gd_insert('sig_fresh', correlation_key => 'fresh-' || g)::text, ',' ORDER BY g)
   FROM generate_series(1, $n_fresh) g});
 my $timed = $node->safe_psql('postgres', qq{
-SELECT string_agg(gd_insert('sig', '{"timeout": "2s"}')::text, ',' ORDER BY g)
+SELECT string_agg(gd_insert('sig', '{"timeout": "1s"}')::text, ',' ORDER BY g)
   FROM generate_series(1, $n_timed) g});
 
 ok( $node->poll_query_until('postgres', qq{
@@ -154,7 +154,7 @@ is($node->safe_psql('postgres', qq{SELECT count(*) FROM steps_run WHERE step <> 
 my $off = -s $node->logfile;
 $node->stop('immediate');
 eval { $open->quit; };
-sleep 2.5;    # the 2 s timed waits expire while the server is down
+sleep 1.2;    # the 1 s timed waits expire while the server is down
 $node->start;
 ok($node->log_contains(qr/database system was interrupted|automatic recovery in progress/, $off),
 	'restart after immediate stop ran crash recovery');
@@ -172,7 +172,7 @@ $node->safe_psql('postgres', "SELECT gd_resume('default'), gd_resume('fresh')");
 
 # A second immediate stop while the woken instances are being run.
 ok( $node->poll_query_until('postgres', qq{
-SELECT count(*) >= 40 FROM steps_run WHERE step <> 'start' AND instance IN ($parked, $fresh)}),
+SELECT count(*) >= 20 FROM steps_run WHERE step <> 'start' AND instance IN ($parked, $fresh)}),
 	'after the restart the woken instances run');
 my $before_second = $node->safe_psql('postgres', qq{
 SELECT count(*) FROM gd.instances WHERE id IN ($parked, $fresh) AND status = 'done'});

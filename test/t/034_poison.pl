@@ -79,7 +79,7 @@ my $off = -s $node->logfile;
 my $poison = $node->safe_psql('postgres', q{SELECT gd_insert('v', '{"do": "vanish"}', priority => -1)});
 my $others = $node->safe_psql('postgres',
 	q{SELECT string_agg(gd_insert('v', '{"do": "work"}')::text, ',') FROM generate_series(1, 20)});
-my $done = wait_done($others, 20, 8);
+my $done = wait_done($others, 20, 3);
 TODO:
 {
 	local $TODO = 'engine: a handler that deletes its own row fails the whole round (XX000), every second';
@@ -93,7 +93,7 @@ TODO:
 }
 {
 	my @rounds = (slurp_file($node->logfile, $off) =~ /could not record the transition of instance $poison/g);
-	note("(a) $done of 20 done after 8 s; the executor logged " . scalar(@rounds) . ' failed rounds');
+	note("(a) $done of 20 done after 3 s; the executor logged " . scalar(@rounds) . ' failed rounds');
 }
 # Whatever happened, no instance was lost: cancelling the culprit frees the queue.
 is($node->safe_psql('postgres', "SELECT gd_cancel($poison, 'poison')"), 't',
@@ -115,14 +115,14 @@ TODO:
 $off = -s $node->logfile;
 my $huge = $node->safe_psql('postgres',
 	q{SELECT string_agg(gd_insert('h')::text, ',') FROM generate_series(1, 5)});
-$done = wait_done($huge, 5, 5);
+$done = wait_done($huge, 5, 2);
 TODO:
 {
 	local $TODO = 'engine: loading such a step raises "bigint out of range" outside the step, in every round';
 	is($done, 5, '(b) instances at that step still run (or fail as attempts)');
 	ok(!$node->log_contains(qr/bigint out of range/, $off), '(b) no round failed with "bigint out of range"');
 }
-note("(b) $done of 5 done after 5 s");
+note("(b) $done of 5 done after 2 s");
 # Redefining the step frees the queue; nothing was lost.
 $node->safe_psql('postgres', q{SELECT gd_define_step('h', 'a', 'work(jsonb, gd.context)'::regprocedure)});
 is(wait_done($huge, 5, 10), 5, '(b) after a sane redefinition every instance completes');
