@@ -74,6 +74,18 @@ void call_follow_up(SPIPlanPtr plan, int64 id, Datum extra)
         elog(ERROR, "gen_durable: follow-up of the transition of instance " INT64_FORMAT " failed", id);
 }
 
+/* A new state from an outcome: NULL keeps the state; anything but an object is a bad outcome. */
+Datum outcome_state(const PickedInstance &row, HeapTupleHeader outcome)
+{
+    bool isnull;
+    Datum state = GetAttributeByNum(outcome, OUTCOME_STATE, &isnull);
+    if (isnull)
+        return 0;
+    if (!JB_ROOT_IS_OBJECT(DatumGetJsonbP(state)))
+        bad_outcome(row, "the new state is not a JSON object");
+    return state;
+}
+
 /* The step to resume at after a wait: the named one (which must exist) or the same step. */
 const char *resume_step(const PickedInstance &row, HeapTupleHeader outcome, bool required)
 {
@@ -128,9 +140,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         const StepDefinition *next = gd_find_step(row.fsm, row.version, t.step);
         if (next == nullptr)
             bad_outcome(row, psprintf("gd_next to unknown step \"%s\"", t.step));
-        t.state = GetAttributeByNum(outcome, OUTCOME_STATE, &isnull);
-        if (isnull)
-            t.state = 0;
+        t.state = outcome_state(row, outcome);
         Datum delay = GetAttributeByNum(outcome, OUTCOME_DELAY, &isnull);
         int64 delay_us = isnull ? 0 : interval_usecs(delay);
         if (delay_us < 0)
@@ -176,9 +186,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
                 bad_outcome(row, "gd_wait_signal with a negative timeout");
             t.wait_deadline = t.eligible_at + timeout_us;
         }
-        t.state = GetAttributeByNum(outcome, OUTCOME_STATE, &isnull);
-        if (isnull)
-            t.state = 0;
+        t.state = outcome_state(row, outcome);
         return t;
     }
     if (strcmp(kind, "schedule_childs") == 0) {
@@ -188,9 +196,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         t.children = GetAttributeByNum(outcome, OUTCOME_CHILDREN, &isnull);
         if (isnull)
             bad_outcome(row, "gd_spawn without children");
-        t.state = GetAttributeByNum(outcome, OUTCOME_STATE, &isnull);
-        if (isnull)
-            t.state = 0;
+        t.state = outcome_state(row, outcome);
         return t;
     }
     bad_outcome(row, psprintf("unknown outcome kind \"%s\"", kind));

@@ -27,6 +27,7 @@ BEGIN
     IF queue IS NULL OR queue = '' OR length(queue) > 63 THEN
         PERFORM gd._bad_argument(format('queue of FSM %L must be a name of 1 to 63 bytes', fsm_name));
     END IF;
+    PERFORM gd._check_owns(fsm_name);
     INSERT INTO gd.queues (name) VALUES (queue) ON CONFLICT DO NOTHING;
     INSERT INTO gd.fsms AS f (name, version, initial_step, queue, state_defaults, owner)
     VALUES (fsm_name, fsm_version, initial, queue, state_defaults, current_user::regrole)
@@ -56,6 +57,7 @@ BEGIN
                 MESSAGE = format('gen_durable: unknown FSM %L version %s', fsm, version);
         END IF;
     END IF;
+    PERFORM gd._check_owns(fsm_row.name);
     IF step IS NULL OR step = '' THEN
         PERFORM gd._bad_argument(format('step name of FSM %L must not be empty', fsm));
     END IF;

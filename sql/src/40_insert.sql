@@ -20,6 +20,7 @@ DECLARE
     must_wait boolean;   -- gated: no room under the concurrency key yet
 BEGIN
     fsm_row := gd._newest_fsm(fsm);
+    PERFORM gd._check_may_use(fsm_row.name);
     IF state IS NULL OR jsonb_typeof(state) <> 'object' THEN
         PERFORM gd._bad_argument(format('state of a %L instance must be a JSON object, got %s',
                                         fsm, coalesce(state::text, 'NULL')));
