@@ -150,6 +150,7 @@ def ext(state, ctx):
         f.write(f"{ctx['id']} {ctx['attempt']} {NAME}\\n")
     while not os.path.exists(GATE):     # held here while the test's gate is closed
         time.sleep(0.01)
+    time.sleep(0.005)                   # at most ~200 steps a second per worker
     return next_step("finish", {**state, "ext": {"worker": NAME, "attempt": ctx["attempt"]}})
 
 HANDLERS = {("mix", "ext"): ext}
@@ -250,7 +251,7 @@ sub run_until
 	{
 		supervise();
 		set_gate(1);
-		usleep(250_000);
+		usleep(100_000);
 		set_gate(0);
 		$count = finished();
 		last if $count >= $rows;
