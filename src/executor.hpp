@@ -102,6 +102,15 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
  */
 void gd_prepare_transition(int64 id, Transition &t);
 void gd_write_transition(int64 id, const Transition &t);
+/*
+ * The same, deferred: an executor round collects its steps' plain
+ * transitions (next, retry, done, failed) and writes them in one UPDATE at
+ * gd_flush_transitions, which saves setting up an UPDATE (its indexes,
+ * constraints and triggers) per step.  The rows are the round's, locked
+ * since the pick.
+ */
+void gd_write_transition_batched(int64 id, const Transition &t);
+void gd_flush_transitions();
 /* Both halves, for callers without a subtransaction (external completions). */
 void gd_apply_transition(int64 id, Transition t);
 /*

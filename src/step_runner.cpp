@@ -182,7 +182,7 @@ bool run_step(const PickedInstance &row, const char *queue)
     }
     PG_END_TRY();
     t.duration_us = GetCurrentTimestamp() - started;
-    gd_write_transition(row.id, t); /* in the round's transaction: see executor.hpp */
+    gd_write_transition_batched(row.id, t); /* in the round's transaction: see executor.hpp */
     return true;
 }
 
@@ -206,6 +206,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
             ran++;
         CHECK_FOR_INTERRUPTS();
     }
+    gd_flush_transitions();
     gd_release_concurrency_keys();
     batch.clear();
     return ran;

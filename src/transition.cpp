@@ -12,6 +12,7 @@
 extern "C" {
 #include "lib/stringinfo.h"
 #include "access/xact.h"
+#include "utils/lsyscache.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -32,6 +33,11 @@ SPIPlanPtr spawn_plan = nullptr;
 SPIPlanPtr resume_parent_plan = nullptr;
 SPIPlanPtr ungate_plan = nullptr;
 
+/* Transitions of a round waiting to be written together (plain ones only). */
+int64 batched_ids[GD_MAX_BATCH];
+Transition batched[GD_MAX_BATCH];
+int batched_count = 0;
+SPIPlanPtr batch_update_plan = nullptr;
 /* Keys whose holders stopped running in this transaction (strings live as long as the rows). */
 const char *keys_to_release[GD_MAX_BATCH];
 int keys_to_release_count = 0;
@@ -39,6 +45,7 @@ int keys_to_release_count = 0;
 void forget_keys_at_transaction_end(XactEvent, void *)
 {
     keys_to_release_count = 0; /* an aborted runner leaves pointers to freed rows behind */
+    batched_count = 0;
 }
 
 int compare_keys(const void *a, const void *b)
@@ -259,6 +266,42 @@ void gd_prepare_transition(int64 id, Transition &t)
     t.spawned = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+namespace {
+
+/* What follows a written transition, whichever way it was written. */
+void after_transition(int64 id, const Transition &t)
+{
+    if (t.event != StatEvent::count_)
+        gd_count_step(t.event, t.duration_us);
+    if (strcmp(t.status, "awaiting_signal") == 0) {
+        call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */
+        if (t.wait_deadline != 0)
+            gd_wake_reaper_at_commit(); /* it sleeps until the earliest deadline: this one may be earlier */
+    } else if (strcmp(t.status, "awaiting_children") == 0 && t.spawned == 0) {
+        call_follow_up(resume_parent_plan, id, 0); /* nothing to wait for */
+    } else if (t.parent_id != 0 && (strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0)) {
+        gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
+    }
+    bool still_running = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "executing") == 0;
+    if (t.concurrency_key != nullptr && !still_running && keys_to_release_count < GD_MAX_BATCH)
+        keys_to_release[keys_to_release_count++] = t.concurrency_key;
+    gd_wake_awaiters_at_commit(id);
+}
+
+
+Datum array_of(Datum *values, bool *nulls, Oid type)
+{
+    int16 length;
+    bool by_value;
+    char align;
+    get_typlenbyvalalign(type, &length, &by_value, &align);
+    int dims[1] = {batched_count};
+    int lower_bounds[1] = {1};
+    return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lower_bounds, type, length, by_value, align));
+}
+
+} // namespace
+
 void gd_write_transition(int64 id, const Transition &t)
 {
     prepare_plans();
@@ -273,22 +316,82 @@ void gd_write_transition(int64 id, const Transition &t)
                       t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n', ' '};
     if (SPI_execute_plan(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
-    if (t.event != StatEvent::count_)
-        gd_count_step(t.event, t.duration_us);
+    after_transition(id, t);
+}
 
-    if (strcmp(t.status, "awaiting_signal") == 0) {
-        call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */
-        if (t.wait_deadline != 0)
-            gd_wake_reaper_at_commit(); /* it sleeps until the earliest deadline: this one may be earlier */
-    } else if (strcmp(t.status, "awaiting_children") == 0 && t.spawned == 0) {
-        call_follow_up(resume_parent_plan, id, 0); /* nothing to wait for */
-    } else if (t.parent_id != 0 && (strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0)) {
-        gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
+void gd_write_transition_batched(int64 id, const Transition &t)
+{
+    bool plain = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0;
+    if (!plain || batched_count >= GD_MAX_BATCH) {
+        gd_write_transition(id, t);
+        return;
     }
-    bool still_running = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "executing") == 0;
-    if (t.concurrency_key != nullptr && !still_running && keys_to_release_count < GD_MAX_BATCH)
-        keys_to_release[keys_to_release_count++] = t.concurrency_key;
-    gd_wake_awaiters_at_commit(id);
+    batched_ids[batched_count] = id;
+    batched[batched_count] = t;
+    batched_count++;
+}
+
+void gd_flush_transitions()
+{
+    if (batched_count == 0)
+        return;
+    prepare_plans();
+    if (batch_update_plan == nullptr) {
+        Oid types[10] = {INT8ARRAYOID, TEXTARRAYOID,        TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
+                         TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, BOOLARRAYOID, BOOLARRAYOID};
+        batch_update_plan = gd_prepare_kept(
+            "UPDATE gd.instances i SET status = t.status, step = t.step, state = coalesce(t.state, i.state),"
+            "       attempt = t.attempt, eligible_at = t.eligible_at, result = t.result, error = t.error,"
+            "       external = t.external, wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
+            "       resume = CASE WHEN t.keep_resume THEN i.resume END, lease_owner = NULL, lease_token = NULL,"
+            "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
+            "       finished_at = CASE WHEN t.status IN ('done', 'failed', 'cancelled') THEN clock_timestamp() END"
+            "  FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            "       AS t(id, status, step, state, attempt, eligible_at, result, error, external, keep_resume)"
+            /* a handler of this round may have ended the instance meanwhile (gd_cancel): that wins */
+            " WHERE i.id = t.id AND i.status = 'runnable'"
+            " RETURNING i.id",
+            10, types);
+    }
+    int n = batched_count;
+    Datum ids[GD_MAX_BATCH], statuses[GD_MAX_BATCH], steps[GD_MAX_BATCH], states[GD_MAX_BATCH],
+        attempts[GD_MAX_BATCH], eligible[GD_MAX_BATCH], results[GD_MAX_BATCH], errors[GD_MAX_BATCH],
+        externals[GD_MAX_BATCH], keeps[GD_MAX_BATCH];
+    bool state_nulls[GD_MAX_BATCH], result_nulls[GD_MAX_BATCH], error_nulls[GD_MAX_BATCH];
+    for (int i = 0; i < n; i++) {
+        const Transition &t = batched[i];
+        ids[i] = Int64GetDatum(batched_ids[i]);
+        statuses[i] = CStringGetTextDatum(t.status);
+        steps[i] = CStringGetTextDatum(t.step);
+        states[i] = t.state;
+        state_nulls[i] = t.state == 0;
+        attempts[i] = Int32GetDatum(t.attempt);
+        eligible[i] = TimestampTzGetDatum(t.eligible_at);
+        results[i] = t.result;
+        result_nulls[i] = t.result == 0;
+        errors[i] = t.error;
+        error_nulls[i] = t.error == 0;
+        externals[i] = BoolGetDatum(t.external);
+        keeps[i] = BoolGetDatum(t.keep_resume);
+    }
+    Datum args[10] = {array_of(ids, nullptr, INT8OID),          array_of(statuses, nullptr, TEXTOID),
+                      array_of(steps, nullptr, TEXTOID),        array_of(states, state_nulls, JSONBOID),
+                      array_of(attempts, nullptr, INT4OID),     array_of(eligible, nullptr, TIMESTAMPTZOID),
+                      array_of(results, result_nulls, JSONBOID), array_of(errors, error_nulls, JSONBOID),
+                      array_of(externals, nullptr, BOOLOID),    array_of(keeps, nullptr, BOOLOID)};
+    batched_count = 0; /* before anything can fail: the round is rolled back then */
+    if (SPI_execute_plan(batch_update_plan, args, nullptr, false, 0) != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: could not record the transitions of %d instances", n);
+    SPITupleTable *written = SPI_tuptable;
+    uint64 written_count = SPI_processed;
+    for (int i = 0; i < n; i++)
+        for (uint64 w = 0; w < written_count; w++) {
+            bool isnull;
+            if (DatumGetInt64(SPI_getbinval(written->vals[w], written->tupdesc, 1, &isnull)) == batched_ids[i]) {
+                after_transition(batched_ids[i], batched[i]);
+                break;
+            }
+        }
 }
 
 void gd_release_concurrency_keys()
