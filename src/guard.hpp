@@ -45,9 +45,9 @@ template <class F>
 auto pg_call(F &&f) -> decltype(f())
 {
     using Result = decltype(f());
-    MemoryContext caller_context = CurrentMemoryContext;
-    ErrorData *edata = nullptr;
     if constexpr (std::is_void_v<Result>) {
+        MemoryContext caller_context = CurrentMemoryContext;
+        ErrorData *volatile edata = nullptr; /* set after the longjmp */
         PG_TRY();
         {
             f();
@@ -64,19 +64,7 @@ auto pg_call(F &&f) -> decltype(f())
     } else {
         static_assert(std::is_trivially_copyable_v<Result>, "pg_call returns plain data only");
         Result result{};
-        PG_TRY();
-        {
-            result = f();
-        }
-        PG_CATCH();
-        {
-            MemoryContextSwitchTo(caller_context);
-            edata = CopyErrorData();
-            FlushErrorState();
-        }
-        PG_END_TRY();
-        if (edata)
-            throw PgError(edata);
+        pg_call([&] { result = f(); });
         return result;
     }
 }

@@ -68,16 +68,17 @@ Datum gd_execute(PG_FUNCTION_ARGS)
 /* gd._configured_queues(): the queue names in gen_durable.queues. */
 Datum gd_configured_queues(PG_FUNCTION_ARGS)
 {
-    ArrayBuildState *names = initArrayResult(TEXTOID, CurrentMemoryContext, false);
-    std::vector<std::string> parsed = gd::cpp_entry([] {
-        std::vector<std::string> out;
-        for (const gd::QueueSetting &queue : gd::parse_queue_list(gd_queues_setting))
-            out.push_back(queue.name);
-        return out;
+    Datum names = gd::cpp_entry([] {
+        std::vector<gd::QueueSetting> queues = gd::parse_queue_list(gd_queues_setting);
+        /* PostgreSQL calls with the vector alive: an ERROR must unwind it, not jump over it. */
+        return gd::pg_call([&] {
+            ArrayBuildState *built = initArrayResult(TEXTOID, CurrentMemoryContext, false);
+            for (const gd::QueueSetting &queue : queues)
+                accumArrayResult(built, CStringGetTextDatum(queue.name.c_str()), false, TEXTOID, CurrentMemoryContext);
+            return makeArrayResult(built, CurrentMemoryContext);
+        });
     });
-    for (const std::string &name : parsed)
-        accumArrayResult(names, CStringGetTextDatum(name.c_str()), false, TEXTOID, CurrentMemoryContext);
-    PG_RETURN_DATUM(makeArrayResult(names, CurrentMemoryContext));
+    PG_RETURN_DATUM(names);
 }
 
 /* gd._engine_loaded(): was the library loaded by shared_preload_libraries. */
