@@ -2,15 +2,16 @@
 # which one instance's step makes its whole round fail outside the handler's
 # subtransaction:
 #   (a) the handler deletes its own instance row: the transition's UPDATE
-#       finds no row ("gen_durable: could not record the transition"), the
-#       round rolls back and is tried again a second later, forever;
+#       finds no row (before d4171b7: "gen_durable: could not record the
+#       transition", the round rolled back and was tried again a second
+#       later, forever);
 #   (b) the step was defined with a backoff too large for int8 microseconds
 #       ('1000000 years' is accepted by gd_define_step): loading the step
 #       definition raises "bigint out of range" in every round that picks it.
 # The contract (CONTRACT.md, step outcomes): a step that fails is a failed
 # attempt of its instance, retried with backoff and then failed; other
-# instances are not affected.  The assertions of that are TODO while the
-# engine does not meet it (see the issue 8 report); the rest holds today.
+# instances are not affected.  The assertions of (b) are TODO while the
+# engine does not meet them (see the issue 8 report); the rest holds today.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -80,9 +81,7 @@ my $poison = $node->safe_psql('postgres', q{SELECT gd_insert('v', '{"do": "vanis
 my $others = $node->safe_psql('postgres',
 	q{SELECT string_agg(gd_insert('v', '{"do": "work"}')::text, ',') FROM generate_series(1, 20)});
 my $done = wait_done($others, 20, 3);
-TODO:
 {
-	local $TODO = 'engine: a handler that deletes its own row fails the whole round (XX000), every second';
 	is($done, 20, '(a) the 20 other instances of the queue complete');
 	like( $node->safe_psql('postgres',
 			"SELECT coalesce((SELECT status || ' ' || attempt FROM gd.instances WHERE id = $poison), 'gone')"),
