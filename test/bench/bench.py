@@ -24,7 +24,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -41,6 +43,18 @@ DIAGNOSTICS = os.environ.get("BENCH_DIAGNOSTICS", "1") != "0"
 LATENCY_BUDGET_S = 120.0  # W2 stops early (and says so) past this
 FLOOR_WORKERS = 2          # matches gen_durable.queues = 'default:2'
 FLOOR_BATCH = 16           # matches gen_durable.batch_size's default
+N_W4 = int(os.environ.get("BENCH_FANOUT_CHILDREN", "10000"))
+N_BACKLOG = int(os.environ.get("BENCH_BACKLOG", "200000"))  # the issue says 1,000,000: see run.sh
+SYSTEMS = [s for s in os.environ.get("BENCH_SYSTEMS", "gd,gdext,pgboss,graphile,pgq,floor").split(",") if s]
+WORKLOADS = [w for w in os.environ.get("BENCH_WORKLOADS", "w1,w3,w4,w2,w5,w6").split(",") if w]
+PEERS = ("pgboss", "graphile", "pgq")
+NODE = os.environ.get("BENCH_NODE", "node")
+NODE_MODULES = os.environ.get("BENCH_NODE_MODULES", "/var/cache/gd-bench/node_modules")
+PEERS_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node", "peers.js")
+NODE_VERSION = os.environ.get("BENCH_NODE_VERSION", "?")
+PEER_VERSIONS = {"pgboss": os.environ.get("BENCH_PGBOSS_VERSION", ""),
+                 "graphile": os.environ.get("BENCH_GRAPHILE_VERSION", ""),
+                 "pgq": os.environ.get("BENCH_PGQ_VERSION", "")}
 
 TICK = os.sysconf("SC_CLK_TCK")
 NPROC = os.cpu_count() or 1
@@ -96,6 +110,7 @@ class CpuMeter:
             "proc_cpu_s": proc_cpu_seconds(self.pids) - self.proc0,
             "wall_s": wall,
             "machine_cores_busy": NPROC * (total - idle) / total if total > 0 else 0.0,
+            "machine_cpu_s": (total - idle) / TICK,
         }
 
 
@@ -173,10 +188,25 @@ def warm_up(admin):
     log(f"engine serving: {len(executor_pids(admin))} executors, warm-up {done} done / {failed} failed")
 
 
-def gd_throughput(admin, fsm, n, steps_per_instance, ledger):
-    """Insert n instances in one transaction; time from its COMMIT to the last finished_at."""
+def wait_ledger(conn, ledger, n, deadline, where="true"):
+    """Poll (every 100 ms) a ledger's row count until it reaches n or the deadline passes.
+    The ledger is small, unlike gd.instances with W5's backlog in it."""
+    while True:
+        got = one(conn, f"SELECT count(*) FROM {ledger} WHERE {where}")
+        if got >= n or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+def gd_throughput(admin, fsm, n, steps_per_instance, ledger, before=None):
+    """Insert n instances in one transaction; time from its COMMIT to the last ledger row
+    (written by the last step, in the transaction that finishes its instance).
+    before(): called once the server is quiet, just before the insert (W6 opens its horizon there)."""
+    admin.execute(f"TRUNCATE {ledger}")
     quiesce(admin)
     multi0 = next_multixact(admin)
+    if before:
+        before()
     pids = executor_pids(admin)
     inserter = connect(autocommit=False)
     t = time.monotonic()
@@ -192,15 +222,17 @@ def gd_throughput(admin, fsm, n, steps_per_instance, ledger):
     commit_s = time.monotonic() - t
     inserter.close()
 
-    done, failed = wait_settled(admin, fsm, n, time.monotonic() + TIMEOUT)
+    wait_ledger(admin, ledger, n, time.monotonic() + TIMEOUT)
     usage = cpu.stop()
     wal = wal_bytes_since(admin, lsn0)
     # Each executor round is a transaction with an xid (its pick locks rows) and
     # each step that writes a subtransaction with its own: rounds = xids - steps.
     xids = next_xid(admin) - xid0
-    last = one(admin, "SELECT max(finished_at) FROM gd.instances"
-                      " WHERE fsm = %s AND status IN ('done', 'failed', 'cancelled')", (fsm,))
-    ledger_rows = one(admin, f"SELECT count(*) FROM {ledger}")
+    last, ledger_rows = admin.execute(f"SELECT max(at), count(*) FROM {ledger}").fetchone()
+    done, failed = admin.execute(
+        "SELECT count(*) FILTER (WHERE status = 'done'),"
+        "       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))"
+        "  FROM gd.instances WHERE fsm = %s AND status IN ('done', 'failed', 'cancelled')", (fsm,)).fetchone()
     multis = next_multixact(admin) - multi0
     complete = done + failed >= n
     if last is None:
@@ -220,16 +252,23 @@ def gd_throughput(admin, fsm, n, steps_per_instance, ledger):
         "wal_bytes_per_instance": wal / max(done + failed, 1),
         "executor_cpu_s": usage["proc_cpu_s"], "executors": len(pids),
         "cpu_us_per_step": 1e6 * usage["proc_cpu_s"] / max((done + failed) * steps_per_instance, 1),
+        "machine_cpu_us_per_job": 1e6 * usage["machine_cpu_s"] / max(done + failed, 1),
         "multixacts_per_step": multis / max((done + failed) * steps_per_instance, 1),
         "machine_cores_busy": usage["machine_cores_busy"],
     }
 
 
-def floor_throughput(admin, n, mode="plain"):
+def floor_throughput(admin, n, mode="plain", backlog=0, before=None):
     """The hand-written SKIP LOCKED queue: FLOOR_WORKERS sessions CALL bench.floor_worker at once.
-    mode 'plain' is the floor; the others are diagnostics (see setup.sql)."""
+    mode 'plain' is the floor; the others are diagnostics (see setup.sql).  backlog: that many
+    rows already waiting (status 'waiting', which the floor's partial index leaves out)."""
     admin.execute("TRUNCATE bench.floor_jobs, bench.floor_ledger, bench.floor_runs")
+    if backlog:
+        admin.execute("INSERT INTO bench.floor_jobs (status, payload) SELECT 'waiting', jsonb_build_object('n', -g)"
+                      "  FROM generate_series(1, %s) g", (backlog,))
     quiesce(admin)
+    if before:
+        before()
     t = time.monotonic()
     admin.execute("INSERT INTO bench.floor_jobs (payload) SELECT jsonb_build_object('n', g)"
                   "  FROM generate_series(1, %s) g", (n,))
@@ -278,6 +317,7 @@ def floor_throughput(admin, n, mode="plain"):
         "ledger_rows": ledger_rows, "ledger_ok": ledger_rows == n, "commits": commits,
         "wal_bytes_per_job": wal / max(done, 1),
         "worker_cpu_s": usage["proc_cpu_s"], "cpu_us_per_job": 1e6 * usage["proc_cpu_s"] / max(done, 1),
+        "machine_cpu_us_per_job": 1e6 * usage["machine_cpu_s"] / max(done, 1),
         "multixacts_per_job": multis / max(done, 1), "machine_cores_busy": usage["machine_cores_busy"],
     }
 
@@ -325,6 +365,325 @@ def latency(admin, n):
             "first100_p50": pct(head, 50), "last100_p50": pct(tail, 50),
             "statuses": statuses, "commit_probe_ms": summary(probes),
             "stopped_early": len(totals) < n}
+
+
+# ------------------------------------------------------------------ the peers (issue 7)
+#
+# graphile-worker, pg-boss, PgQ and gen_durable's external-worker path run
+# through test/bench/node/peers.js (one process per workload and system, its
+# workers in Node.js); gen_durable's in-database path and the floor run here.
+
+def summary(values):
+    s = sorted(values)
+    return {"n": len(s), "p50": pct(s, 50), "p90": pct(s, 90), "p99": pct(s, 99),
+            "max": s[-1] if s else float("nan"), "mean": statistics.fmean(s) if s else float("nan")}
+
+
+def reset(admin):
+    """Same starting line for every run: no rows left by earlier runs in any queue
+    (nothing is live between runs), the ledgers empty."""
+    admin.execute("TRUNCATE bench.peer_ledger, bench.peer_fanout, bench.w4_ledger")
+    live = one(admin, "SELECT count(*) FROM gd.instances WHERE status NOT IN ('done', 'failed', 'cancelled')"
+                      "   AND eligible_at <= now() + interval '1 hour'")
+    if live:
+        log(f"    (warning: {live} live gen_durable instances left by the previous run)")
+    admin.execute("TRUNCATE gd.instances, gd.signals")
+    if one(admin, "SELECT to_regclass('pgboss.job') IS NOT NULL"):
+        admin.execute("TRUNCATE pgboss.job, pgboss.archive")
+    if one(admin, "SELECT to_regclass('graphile_worker._private_jobs') IS NOT NULL"):
+        admin.execute("DELETE FROM graphile_worker._private_jobs")
+
+
+def pids_of(admin, system):
+    if system == "gd":
+        return executor_pids(admin)
+    return [r[0] for r in admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s", (f"bench {system}%",)).fetchall()]
+
+
+class NodeRun:
+    """test/bench/node/peers.js SYSTEM WORKLOAD N, driven through its stdin/stdout protocol."""
+
+    def __init__(self, system, workload, n):
+        env = dict(os.environ, BENCH_HOST=HOST, BENCH_PORT=str(PORT), NODE_PATH=NODE_MODULES,
+                   BENCH_TIMEOUT=str(int(TIMEOUT)), BENCH_W2_BUDGET=str(int(LATENCY_BUDGET_S)))
+        self.what = f"{system} {workload}"
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([NODE, PEERS_JS, system, workload, str(n)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True, env=env)
+
+    def fail(self, why):
+        self.proc.kill()
+        self.err.seek(0)
+        raise SystemExit(f"bench: peers.js {self.what}: {why}\n{self.err.read()[-3000:]}")
+
+    def read(self):
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                self.proc.wait()
+                self.fail(f"exited ({self.proc.returncode}) without an answer")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def send(self, text):
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def finish(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            rc = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.fail("did not stop in 120 s")
+        if rc != 0:
+            self.fail(f"exited {rc}")
+
+
+def node_setup(system):
+    run = NodeRun(system, "setup", 0)
+    run.read()
+    run.finish()
+
+
+def node_throughput(admin, system, workload, n, before=None):
+    """W1/W3/W4 through peers.js: its workers start idle; n jobs (W4: one parent with n
+    children) are enqueued in one call; timed from that call's return (server clock) to
+    the last ledger row (W4: the final job's)."""
+    admin.execute("TRUNCATE bench.peer_ledger, bench.peer_fanout")
+    quiesce(admin)
+    if before:
+        before()
+    run = NodeRun(system, workload, n)
+    ready = run.read()
+    pids0 = pids_of(admin, system)
+    cpu_backends0 = {p: proc_cpu_seconds([p]) for p in pids0}
+    cpu = CpuMeter([run.proc.pid])
+    lsn0 = wal_lsn(admin)
+    run.send("go")
+    res = run.read()["result"]
+    usage = cpu.stop()
+    pids1 = pids_of(admin, system)
+    backend_cpu = sum(proc_cpu_seconds([p]) - cpu_backends0.get(p, 0.0) for p in set(pids0) | set(pids1))
+    wal = wal_bytes_since(admin, lsn0)
+    run.send("stop")
+    run.finish()
+    t0 = datetime.datetime.fromisoformat(res["enqueued_at"].replace("Z", "+00:00"))
+    if workload == "w4":
+        last, last_child, rows = admin.execute(
+            "SELECT max(at) FILTER (WHERE job_id = -1), max(at) FILTER (WHERE job_id <> -1),"
+            "       count(*) FILTER (WHERE job_id <> -1) FROM bench.peer_ledger").fetchone()
+        jobs = n
+    else:
+        last, rows = admin.execute("SELECT max(at), count(*) FROM bench.peer_ledger").fetchone()
+        last_child, jobs = None, rows
+    complete = res["complete"] and rows >= n
+    elapsed = (last - t0).total_seconds() if (last and complete) else usage["wall_s"]
+    return {
+        "system": system, "workload": workload, "jobs": n, "done": rows, "complete": complete,
+        "elapsed_s": elapsed, "per_s": jobs / elapsed if elapsed > 0 else 0.0,
+        "last_child_s": (last_child - t0).total_seconds() if last_child else None,
+        "enqueue_s": res["enqueue_s"], "knobs": ready.get("knobs"),
+        "node_cpu_s": usage["proc_cpu_s"], "backend_cpu_s": backend_cpu,
+        "machine_cpu_s": usage["machine_cpu_s"], "machine_cores_busy": usage["machine_cores_busy"],
+        "machine_cpu_us_per_job": 1e6 * usage["machine_cpu_s"] / max(jobs * (3 if workload == "w3" else 1), 1),
+        "node_cpu_us_per_job": 1e6 * usage["proc_cpu_s"] / max(jobs, 1),
+        "backend_cpu_us_per_job": 1e6 * backend_cpu / max(jobs, 1),
+        "wal_bytes_per_job": wal / max(jobs, 1),
+    }
+
+
+def node_latency(admin, system, n):
+    """W2 through peers.js: one job at a time on the idle system, enqueue to completion seen by the client."""
+    reset(admin)
+    quiesce(admin)
+    run = NodeRun(system, "w2", n)
+    run.read()
+    run.send("go")
+    res = run.read()["result"]
+    run.send("stop")
+    run.finish()
+    out = {"insert_await_ms": summary(res["latencies_ms"]), "lost": res["lost"],
+           "stopped_early": res["stopped_early"]}
+    return out
+
+
+def gd_fanout(admin, children):
+    """W4 in the database: one parent (w4_parent) spawns `children` children and joins;
+    timed from the insert's commit to the join's ledger row."""
+    admin.execute("TRUNCATE bench.w4_ledger")
+    quiesce(admin)
+    pids = executor_pids(admin)
+    cpu = CpuMeter(pids)
+    c = connect(autocommit=False)
+    one(c, "SELECT gd_insert('w4_parent', jsonb_build_object('children', %s::int))", (children,))
+    t0 = one(c, "SELECT clock_timestamp()")
+    c.commit()
+    c.close()
+    wait_ledger(admin, "bench.w4_ledger", 1, time.monotonic() + TIMEOUT, where="job_id < 0")
+    usage = cpu.stop()
+    last, last_child, rows = admin.execute(
+        "SELECT max(at) FILTER (WHERE job_id < 0), max(at) FILTER (WHERE job_id > 0),"
+        "       count(*) FILTER (WHERE job_id > 0) FROM bench.w4_ledger").fetchone()
+    complete = last is not None and rows >= children
+    elapsed = (last - t0).total_seconds() if complete else usage["wall_s"]
+    return {"system": "gd", "workload": "w4", "jobs": children, "done": rows, "complete": complete,
+            "elapsed_s": elapsed, "per_s": children / elapsed if elapsed > 0 else 0.0,
+            "last_child_s": (last_child - t0).total_seconds() if last_child else None,
+            "executor_cpu_s": usage["proc_cpu_s"],
+            "cpu_us_per_step": 1e6 * usage["proc_cpu_s"] / max(children + 2, 1),
+            "machine_cpu_us_per_job": 1e6 * usage["machine_cpu_s"] / max(children, 1),
+            "machine_cores_busy": usage["machine_cores_busy"]}
+
+
+# ---- W5: a backlog already waiting
+
+def gd_clone(admin, template_id, count, state_sql="jsonb_build_object('n', -g, 'backlog', true)", extra=None):
+    """count copies of one gd.instances row (made by the API), in one INSERT: W5's backlog
+    without calling gd_insert a million times (13,000/s here, it would dominate the run)."""
+    cols = [r[0] for r in admin.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = 'gd.instances'::regclass AND attnum > 0"
+        "   AND NOT attisdropped AND attidentity = '' AND attgenerated = '' ORDER BY attnum").fetchall()]
+    extra = extra or {}
+    exprs = [state_sql if c == "state" else extra.get(c, f"t.{c}") for c in cols]
+    admin.execute(f"INSERT INTO gd.instances ({', '.join(cols)})"
+                  f" SELECT {', '.join(exprs)} FROM gd.instances t, generate_series(1, %s) g WHERE t.id = %s",
+                  (count, template_id))
+
+
+def gd_backlog(admin, fsm, count, finished):
+    """count instances of fsm waiting (eligible in a day), and `finished` done ones not yet swept."""
+    t = time.monotonic()
+    if finished:
+        done_id = one(admin, "SELECT gd_insert('w2', '{\"backlog\": true}')")
+        status = one(admin, "SELECT status FROM gd_await(%s, '30s')", (done_id,))
+        if status != "done":
+            raise SystemExit(f"bench: W5: the finished-row template ended {status}")
+        gd_clone(admin, done_id, finished - 1)
+    waiting_id = one(admin, "SELECT gd_insert(%s, '{\"backlog\": true}', schedule_in => '1 day')", (fsm,))
+    gd_clone(admin, waiting_id, count - 1)
+    return time.monotonic() - t
+
+
+def gd_backlog_clear_waiting(admin):
+    admin.execute("DELETE FROM gd.instances WHERE status = 'runnable' AND eligible_at > now() + interval '1 hour'")
+
+
+def node_backlog(admin, system, count):
+    t = time.monotonic()
+    run = NodeRun(system, "backlog", count)
+    run.read()
+    run.send("go")
+    run.read()
+    run.finish()
+    return time.monotonic() - t
+
+
+def pgq_recreate(admin):
+    """A fresh PgQ queue (drops the backlog and its laggard consumer)."""
+    admin.execute("SELECT pgq.drop_queue('bench', true)")
+    admin.execute("SELECT pgq.create_queue('bench')")
+    admin.execute("SELECT pgq.set_queue_config('bench', 'ticker_max_lag', '0')")
+
+
+# ---- W6: a held horizon
+
+def queue_tables(admin, system):
+    if system in ("gd", "gdext"):
+        return ["gd.instances"]
+    if system == "pgboss":
+        return [r[0] for r in admin.execute(
+            "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = 'pgboss.job'::regclass").fetchall()]
+    if system == "graphile":
+        return ["graphile_worker._private_jobs", "graphile_worker._private_job_queues"]
+    if system == "pgq":
+        parent = one(admin, "SELECT queue_data_pfx FROM pgq.queue WHERE queue_name = 'bench'")
+        kids = [r[0] for r in admin.execute(
+            "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = %s::regclass", (parent,)).fetchall()]
+        return kids + ["pgq.tick", "pgq.subscription"]
+    return ["bench.floor_jobs"]
+
+
+def table_stats(admin, tables):
+    dead = live = heap = total = 0
+    for t in tables:
+        d, l, h = admin.execute("SELECT dead_tuple_count, tuple_count, table_len FROM pgstattuple(%s)", (t,)).fetchone()
+        dead, live, heap = dead + d, live + l, heap + h
+        total += one(admin, "SELECT pg_total_relation_size(%s::regclass)", (t,))
+    return {"dead_tuples": dead, "live_tuples": live, "heap_bytes": heap, "total_bytes": total}
+
+
+class Horizon:
+    """Another session's REPEATABLE READ transaction, open (its snapshot taken) until release()."""
+
+    def __init__(self, admin, tables):
+        self.admin, self.tables = admin, tables
+        self.before = None
+        self.conn = None
+
+    def hold(self):
+        self.before = table_stats(self.admin, self.tables)
+        self.conn = connect(autocommit=False)
+        self.conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        self.conn.execute("SELECT count(*) FROM bench.floor_runs")
+        self.xmin = one(self.admin, "SELECT backend_xmin::text FROM pg_stat_activity WHERE pid = %s",
+                        (self.conn.info.backend_pid,))
+
+    def release(self):
+        after = table_stats(self.admin, self.tables)
+        self.conn.rollback()
+        self.conn.close()
+        return {"before": self.before, "after": after, "xmin": self.xmin}
+
+
+def run_w1(admin, system, before=None, backlog=0):
+    """One W1 run of a system; returns (jobs/s, the run's details)."""
+    if system == "gd":
+        r = gd_throughput(admin, "w1", N_JOBS, 1, "bench.w1_ledger", before=before)
+        return r["instances_per_s"], r
+    if system == "floor":
+        r = floor_throughput(admin, N_JOBS, backlog=backlog, before=before)
+        return r["jobs_per_s"], r
+    r = node_throughput(admin, system, "w1", N_JOBS, before=before)
+    return r["per_s"], r
+
+
+def w5_backlog(admin, system):
+    reset(admin)
+    prep = 0.0
+    if system == "gd":
+        prep = gd_backlog(admin, "w1", N_BACKLOG, N_BACKLOG)
+    elif system == "gdext":
+        prep = gd_backlog(admin, "x1", N_BACKLOG, N_BACKLOG)
+    elif system in ("pgboss", "graphile", "pgq"):
+        prep = node_backlog(admin, system, N_BACKLOG)
+    log(f"    {system}: backlog of {N_BACKLOG:,} ready in {prep:.1f} s")
+    rate, r = run_w1(admin, system, backlog=N_BACKLOG if system == "floor" else 0)
+    r = dict(r, backlog_prep_s=prep)
+    if system == "pgq":
+        pgq_recreate(admin)
+    reset(admin)
+    return rate, r
+
+
+def w6_horizon(admin, system):
+    reset(admin)
+    tables = queue_tables(admin, system)
+    h = Horizon(admin, tables)
+    bloat = None
+    try:
+        rate, r = run_w1(admin, system, before=h.hold)
+    finally:
+        if h.conn is not None:
+            bloat = h.release()
+    r = dict(r, horizon=bloat, tables=tables)
+    if system == "pgq":
+        pgq_recreate(admin)
+    reset(admin)
+    return rate, r
 
 
 # ------------------------------------------------------------------ report
@@ -445,40 +804,244 @@ def report(info, w1, fl, w3, w2, diags):
           f"(above {NPROC} means something else competed for the CPUs and the figures are low)")
 
 
+LABELS = {"gd": "gen_durable in-db", "gdext": "gen_durable ext", "pgboss": "pg-boss",
+          "graphile": "graphile-worker", "pgq": "PgQ", "floor": "SKIP LOCKED floor"}
+GD_SYSTEMS = ("gd", "gdext")
+
+
+def best_peer(row, higher_is_better=True):
+    """(system, value) of the best peer in a row {system: value}, or (None, None)."""
+    vals = [(s, v) for s, v in row.items() if s in PEERS and v is not None and v == v]
+    if not vals:
+        return None, None
+    return (max if higher_is_better else min)(vals, key=lambda sv: sv[1])
+
+
+def comparison_report(info, res):
+    """The side-by-side table of issue 7 and the targets."""
+    systems = [s for s in ("gd", "gdext", "pgboss", "graphile", "pgq", "floor") if s in SYSTEMS]
+    w1 = {s: v for s, (v, _) in res.get("w1", {}).items()}
+
+    rows = []  # (label, {system: value}, fmt, higher_is_better, note per system)
+
+    def rate_row(label, wl, unit_fmt="{:,.0f}"):
+        if wl in res:
+            rows.append((label, {s: v for s, (v, _) in res[wl].items()}, unit_fmt, True))
+
+    rate_row(f"W1 jobs/s ({N_JOBS:,} single-step)", "w1")
+    if "w2" in res:
+        rows.append((f"W2 p50 ms ({N_LAT:,} one at a time)", {s: r["insert_await_ms"]["p50"] for s, r in res["w2"].items()}, "{:.2f}", False))
+        rows.append(("W2 p99 ms", {s: r["insert_await_ms"]["p99"] for s, r in res["w2"].items()}, "{:.2f}", False))
+    rate_row(f"W3 chains/s ({N_FSM:,} x 3 steps)", "w3")
+    if "w4" in res:
+        rows.append((f"W4 children/s ({N_W4:,}, spawn to join)", {s: v for s, (v, _) in res["w4"].items()}, "{:,.0f}", True))
+    rate_row(f"W5 jobs/s (W1 + {N_BACKLOG:,} waiting)", "w5")
+    rate_row("W6 jobs/s (W1 + horizon held)", "w6")
+
+    cells = []
+    for label, row, fmt, hib in rows:
+        bs, bv = best_peer(row, hib)
+        line = [label]
+        for s in systems:
+            v = row.get(s)
+            if v is None:
+                line.append("-")
+                continue
+            text = fmt.format(v)
+            if s in GD_SYSTEMS and bv:
+                ratio = v / bv if hib else bv / v
+                text += f" ({ratio:.2f}x)"
+            elif s == bs:
+                text += " *"
+            cells_w = text
+            line.append(cells_w)
+        cells.append(line)
+    # W5/W6 against the system's own W1, and W6's bloat
+    for wl, label in (("w5", "W5 / own W1"), ("w6", "W6 / own W1")):
+        if wl in res and "w1" in res:
+            cells.append([label] + [f"{res[wl][s][0] / w1[s]:.2f}" if s in res[wl] and w1.get(s) else "-" for s in systems])
+    if "w6" in res:
+        def bloat(s, key):
+            h = res["w6"].get(s, (None, {}))[1].get("horizon") if s in res["w6"] else None
+            if not h:
+                return "-"
+            if key == "dead_tuples":
+                return f"{h['before']['dead_tuples']:,} -> {h['after']['dead_tuples']:,}"
+            return f"{h['before']['total_bytes'] / 2**20:.1f} -> {h['after']['total_bytes'] / 2**20:.1f}"
+        cells.append(["W6 queue dead tuples"] + [bloat(s, "dead_tuples") for s in systems])
+        cells.append(["W6 queue MiB (with indexes)"] + [bloat(s, "total_bytes") for s in systems])
+
+    head = ["workload"] + [LABELS[s] for s in systems]
+    widths = [max(len(str(r[i])) for r in cells + [head]) for i in range(len(head))]
+    print()
+    print("=" * 100)
+    print("gen_durable vs its peers, one cluster, one run (issue 7)")
+    print("=" * 100)
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))))
+    print("  ".join("-" * w for w in widths))
+    for r in cells:
+        print("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    print("(x) = gen_durable's ratio to the best peer (* = that peer; for latency best peer / gen_durable):"
+          " above 1 gen_durable leads, below 1 the peer does.")
+    print("Peers: " + "; ".join(f"{LABELS[s]} {PEER_VERSIONS.get(s, '')}".strip() for s in systems if s in PEERS)
+          + f"; Node.js {NODE_VERSION}.")
+
+    # targets
+    print()
+    print("targets (issue 7):")
+
+    def target(name, value, goal, ok):
+        if value is None:
+            print(f"  {name:<46} not measured")
+        else:
+            print(f"  {name:<46} {value:>8.2f}   goal {goal:<8} {'met' if ok(value) else 'MISSED'}")
+
+    def peer_ratio(wl, s):
+        if wl not in res or s not in res[wl]:
+            return None
+        _, bv = best_peer({k: v for k, (v, _) in res[wl].items()})
+        return res[wl][s][0] / bv if bv else None
+
+    target("in-db W1 / best peer W1", peer_ratio("w1", "gd"), ">= 5", lambda v: v >= 5)
+    fl = w1.get("floor")
+    target("in-db W1 / floor W1", w1["gd"] / fl if fl and w1.get("gd") else None, ">= 0.8", lambda v: v >= 0.8)
+    target("external W1 / best peer W1", peer_ratio("w1", "gdext"), ">= 1.5", lambda v: v >= 1.5)
+    for s in GD_SYSTEMS:
+        p50 = res.get("w2", {}).get(s, {}).get("insert_await_ms", {}).get("p50")
+        target(f"W2 p50 ms, {LABELS[s]}", p50, "< 3", lambda v: v < 3)
+    for s in GD_SYSTEMS:
+        for wl, goal in (("w5", 0.8), ("w6", 0.7)):
+            v = res[wl][s][0] / w1[s] if wl in res and s in res[wl] and w1.get(s) else None
+            target(f"{wl.upper()} / W1, {LABELS[s]}", v, f">= {goal}", lambda x, g=goal: x >= g)
+
+    # details
+    print()
+    print("per-run details (CPU per job = every process on the machine, busy time / jobs; "
+          "node = the Node.js workers, backends = their Postgres sessions):")
+    for wl in ("w1", "w3", "w4", "w5", "w6"):
+        for s, (v, r) in res.get(wl, {}).items():
+            bits = [f"{wl.upper()} {LABELS[s]:<18} {v:>9,.0f}/s in {r.get('elapsed_s', 0):6.2f} s"]
+            if not r.get("complete", True):
+                bits.append("INCOMPLETE")
+            if r.get("machine_cpu_us_per_job") is not None:
+                bits.append(f"machine {r['machine_cpu_us_per_job']:,.0f} us/job")
+            if "node_cpu_us_per_job" in r:
+                bits.append(f"node {r['node_cpu_us_per_job']:,.0f} + backends {r['backend_cpu_us_per_job']:,.0f} us/job")
+            if "cpu_us_per_step" in r:
+                bits.append(f"executors {r['cpu_us_per_step']:,.0f} us/step")
+            if r.get("enqueue_s") is not None:
+                bits.append(f"enqueue {r['enqueue_s']:.2f} s")
+            if r.get("insert_s") is not None:
+                bits.append(f"insert {r['insert_s']:.2f} s")
+            if r.get("last_child_s") is not None:
+                bits.append(f"last child at {r['last_child_s']:.2f} s")
+            if r.get("backlog_prep_s"):
+                bits.append(f"backlog ready in {r['backlog_prep_s']:.0f} s")
+            h = r.get("horizon")
+            if h:
+                bits.append(f"horizon xmin {h['xmin']}; live {h['before']['live_tuples']:,} -> {h['after']['live_tuples']:,}")
+            print("  " + "; ".join(bits))
+    for s, r in res.get("w2", {}).items():
+        lat = r["insert_await_ms"]
+        extra = f"; {r['lost']} not seen within 5 s" if r.get("lost") else ""
+        extra += "; STOPPED EARLY (time budget)" if r.get("stopped_early") else ""
+        print(f"  W2 {LABELS[s]:<18} p50 {lat['p50']:.2f} / p90 {lat['p90']:.2f} / p99 {lat['p99']:.2f} / max {lat['max']:.2f} ms"
+              f" over {lat['n']}{extra}")
+    print("knobs: " + "; ".join(f"{LABELS[s]} {json.dumps(r.get('knobs'))}"
+                                for s, (v, r) in res.get("w1", {}).items() if r.get("knobs")))
+
+
 def main():
     admin = connect()
     info = machine_info(admin)
     warm_up(admin)
+    for s in ("pgboss", "graphile"):
+        if s in SYSTEMS:
+            node_setup(s)
+    res = {}
 
-    log(f"W1: {N_JOBS} single-step instances, inserted in one transaction, timed from its commit")
-    w1 = gd_throughput(admin, "w1", N_JOBS, 1, "bench.w1_ledger")
-    log(f"    {w1['instances_per_s']:,.0f} jobs/s ({w1['elapsed_s']:.2f} s)")
+    def record(wl, s, value, r, unit="jobs/s"):
+        res.setdefault(wl, {})[s] = (value, r)
+        log(f"    {LABELS[s]}: {value:,.0f} {unit}" + ("" if r.get("complete", True) else " (INCOMPLETE)"))
 
-    log(f"floor: {N_JOBS} jobs, {FLOOR_WORKERS} SKIP LOCKED worker sessions, {FLOOR_BATCH} per transaction")
-    fl = floor_throughput(admin, N_JOBS)
-    log(f"    {fl['jobs_per_s']:,.0f} jobs/s ({fl['elapsed_s']:.2f} s)")
-
+    w1 = fl = w3 = w2 = None
     diags = []
-    if DIAGNOSTICS:
-        for mode in ("subxact_all", "subxact_handler"):
-            log(f"diagnostic floor '{mode}': the floor with a subtransaction per job")
-            d = floor_throughput(admin, N_JOBS, mode)
-            log(f"    {d['jobs_per_s']:,.0f} jobs/s ({d['elapsed_s']:.2f} s)")
-            diags.append(d)
+    if "w1" in WORKLOADS:
+        log(f"W1: {N_JOBS:,} single-step jobs per system, enqueued at once, timed from the enqueue's commit to the last completion")
+        for s in SYSTEMS:
+            reset(admin)
+            rate, r = run_w1(admin, s)
+            record("w1", s, rate, r)
+            if s == "gd":
+                w1 = r
+            elif s == "floor":
+                fl = r
+        if DIAGNOSTICS and "floor" in SYSTEMS:
+            for mode in ("subxact_all", "subxact_handler"):
+                log(f"diagnostic floor '{mode}': the floor with a subtransaction per job")
+                d = floor_throughput(admin, N_JOBS, mode)
+                log(f"    {d['jobs_per_s']:,.0f} jobs/s ({d['elapsed_s']:.2f} s)")
+                diags.append(d)
 
-    log(f"W3: {N_FSM} three-step instances")
-    w3 = gd_throughput(admin, "w3", N_FSM, 3, "bench.w3_ledger")
-    log(f"    {w3['steps_per_s']:,.0f} steps/s ({w3['elapsed_s']:.2f} s)")
+    if "w3" in WORKLOADS:
+        log(f"W3: {N_FSM:,} three-step chains per system")
+        for s in SYSTEMS:
+            if s == "floor":
+                continue
+            reset(admin)
+            if s == "gd":
+                w3 = gd_throughput(admin, "w3", N_FSM, 3, "bench.w3_ledger")
+                record("w3", s, w3["instances_per_s"], w3, "chains/s")
+            else:
+                r = node_throughput(admin, s, "w3", N_FSM)
+                record("w3", s, r["per_s"], r, "chains/s")
 
-    log(f"W2: {N_LAT} x gd_insert + gd_await on the idle system, then {N_LAT} bare autocommit INSERTs")
-    w2 = latency(admin, N_LAT)
-    log(f"    p50 {w2['insert_await_ms']['p50']:.2f} ms")
+    if "w4" in WORKLOADS:
+        log(f"W4: one parent, {N_W4:,} children, then the join, per system")
+        for s in SYSTEMS:
+            if s == "floor":
+                continue
+            reset(admin)
+            r = gd_fanout(admin, N_W4) if s == "gd" else node_throughput(admin, s, "w4", N_W4)
+            record("w4", s, r["per_s"], r, "children/s")
 
-    report(info, w1, fl, w3, w2, diags)
+    if "w2" in WORKLOADS:
+        log(f"W2: {N_LAT:,} jobs one at a time on the idle system, per system")
+        for s in SYSTEMS:
+            if s == "floor":
+                continue
+            reset(admin)
+            if s == "gd":
+                w2 = latency(admin, N_LAT)
+                r = w2
+            else:
+                r = node_latency(admin, s, N_LAT)
+            res.setdefault("w2", {})[s] = r
+            log(f"    {LABELS[s]}: p50 {r['insert_await_ms']['p50']:.2f} ms, p99 {r['insert_await_ms']['p99']:.2f} ms")
+
+    if "w5" in WORKLOADS:
+        log(f"W5: W1 with {N_BACKLOG:,} jobs already waiting (due in a day); gen_durable also {N_BACKLOG:,} finished rows")
+        for s in SYSTEMS:
+            rate, r = w5_backlog(admin, s)
+            record("w5", s, rate, r)
+
+    if "w6" in WORKLOADS:
+        log("W6: W1 while another session holds a REPEATABLE READ snapshot open for the whole run")
+        for s in SYSTEMS:
+            rate, r = w6_horizon(admin, s)
+            record("w6", s, rate, r)
+            h = r.get("horizon") or {}
+            if h:
+                log(f"      dead tuples {h['before']['dead_tuples']:,} -> {h['after']['dead_tuples']:,}, "
+                    f"{h['before']['total_bytes'] / 2**20:.1f} -> {h['after']['total_bytes'] / 2**20:.1f} MiB")
+
+    if w1 and fl and w3 and w2:
+        report(info, w1, fl, w3, w2, diags)
+    comparison_report(info, res)
     out = os.environ.get("BENCH_JSON")
     if out:
         with open(out, "w") as f:
-            json.dump({"machine": info, "w1": w1, "floor": fl, "w3": w3, "w2": w2, "floor_diagnostics": diags}, f, indent=2,
+            json.dump({"machine": info, "results": res, "floor_diagnostics": diags}, f, indent=2,
                       default=lambda o: o.isoformat() if isinstance(o, datetime.datetime) else str(o))
     admin.close()
 

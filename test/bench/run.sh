@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
-# `make bench`: bootstrap, build + install gen_durable, start ONE throwaway
-# PostgreSQL 15 cluster (as the postgres OS user, durability defaults: fsync
-# and synchronous_commit on), and measure on it, in this order:
+# `make bench`: bootstrap, build + install gen_durable, install the peers,
+# start ONE throwaway PostgreSQL 15 cluster (as the postgres OS user,
+# durability defaults: fsync and synchronous_commit on), and run the same
+# workloads through every system on it, side by side (issue 7):
 #
-#   W1     throughput of single-step in-database instances (BENCH_JOBS, 50000)
-#   floor  the same work through a hand-written SKIP LOCKED queue, 2 workers
-#   W3     a 3-step FSM (BENCH_FSM_INSTANCES, 10000): steps/s and instances/s
-#   W2     gd_insert + gd_await latency, one client (BENCH_LATENCY_SAMPLES, 1000)
+#   systems  gen_durable in-database (handlers in PL/pgSQL, 2 executors),
+#            gen_durable external (a Node.js worker: LISTEN gd_work, gd_claim,
+#            gd_complete), pg-boss and graphile-worker (npm, Node.js workers),
+#            PgQ (Debian's postgresql-15-pgq3, a consumer loop in SQL driving
+#            its own ticks), and a hand-written SKIP LOCKED loop (the floor)
+#   W1  throughput: BENCH_JOBS (50000) single-step jobs, each one ledger INSERT
+#   W3  BENCH_FSM_INSTANCES (10000) three-step chains
+#   W4  one parent, BENCH_FANOUT_CHILDREN (10000) children, then a join
+#   W2  latency: BENCH_LATENCY_SAMPLES (1000) jobs one at a time, p50/p99
+#   W5  W1 with BENCH_BACKLOG (200000) jobs already waiting (gen_durable: and
+#       as many finished rows not yet swept); the issue's 1000000 takes about
+#       4 more minutes per 200000 on a 2-core machine (making the backlogs)
+#   W6  W1 while another session holds a REPEATABLE READ snapshot: jobs/s,
+#       dead tuples and size of the queue tables before and after
 #
-# It prints figures and a final table, never pass/fail; it is not part of
-# `make check`. The work is in test/bench/bench.py (Python 3 + psycopg,
-# Debian's python3-psycopg, installed here when missing), the schema in
-# test/bench/setup.sql and the cluster's setup in test/bench/cluster.sh
-# (shared with test/bench/soak.sh). BENCH_KEEP=1 keeps the cluster's dir (and
-# log); BENCH_JSON=file also writes the figures as JSON.
+# It prints figures and tables, never pass/fail; it is not part of `make
+# check`. The driver is test/bench/bench.py (Python 3 + psycopg, Debian's
+# python3-psycopg, installed here when missing), the Node.js side
+# test/bench/node/peers.js, the schemas test/bench/setup.sql and
+# test/bench/peers.sql, the peers' install test/bench/peers.sh and the
+# cluster's setup test/bench/cluster.sh (shared with test/bench/soak.sh).
+# BENCH_SYSTEMS / BENCH_WORKLOADS (comma lists) run a subset; BENCH_KEEP=1
+# keeps the cluster's dir (and log); BENCH_JSON=file also writes the figures
+# as JSON.
 set -euo pipefail
 
 BENCH_START=$(date +%s)
@@ -35,11 +49,15 @@ if ! "$PY" -c 'import psycopg' 2>/dev/null; then
     apt-get install -y -qq --no-install-recommends python3-psycopg >/dev/null
 fi
 gd_build_install
+# shellcheck source=peers.sh
+source "$BENCH_DIR/peers.sh"
+bench_peers_install
 
 # shellcheck source=cluster.sh
 source "$BENCH_DIR/cluster.sh"
 bench_cluster_init bench "$BENCH_DIR/setup.sql"
 bench_cluster_start
+bench_peers_schema
 
 "$PY" "$BENCH_DIR/bench.py" "$DIR" "$PORT"
 

@@ -1,0 +1,556 @@
+#!/usr/bin/env node
+'use strict';
+/*
+ * One workload through one system, for test/bench/bench.py (`make bench`).
+ *
+ *   node peers.js SYSTEM WORKLOAD N
+ *
+ *   SYSTEM    gdext     gen_durable's external-worker path: this file's own worker
+ *                       (LISTEN gd_work, gd_claim batches, gd_complete)
+ *             pgboss    pg-boss (boss.work, batches)
+ *             graphile  graphile-worker (run(), local queue, batched completions)
+ *             pgq       PgQ: CALL bench.pgq_consume (test/bench/peers.sql) on worker
+ *                       connections, the consumer driving its own ticks
+ *   WORKLOAD  setup     install the system's schema and queues (once)
+ *             w1        N single jobs enqueued in one call, each job one ledger INSERT
+ *             w2        N jobs one at a time: enqueue, wait for completion; latencies
+ *             w3        N chains of three jobs (a -> b -> c), the ledger INSERT at c
+ *             w4        one parent that enqueues N children; a final job runs when
+ *                       the last child is done (gen_durable: gd_spawn and its join;
+ *                       the peers: a counter row the children decrement)
+ *             backlog   enqueue N jobs due in a day (W5's waiting rows), no workers
+ *
+ * Environment: BENCH_HOST (the server's socket dir), BENCH_PORT, NODE_PATH (the
+ * node_modules with pg, pg-boss and graphile-worker) and the knobs below.
+ *
+ * Protocol with bench.py: once its workers are started and idle this prints a
+ * JSON line {"ready": ...}; it then waits for a line on stdin, runs the
+ * workload, prints one JSON line with its results, stops its workers and
+ * exits 0.  Throughput is computed by bench.py from the ledger's server-side
+ * timestamps, so this process's own clock does not matter for it.
+ */
+const readline = require('readline');
+const { Client, Pool } = require('pg');
+
+const SYSTEM = process.argv[2];
+const WORKLOAD = process.argv[3];
+const N = parseInt(process.argv[4] || '0', 10);
+const CONN = {
+  host: process.env.BENCH_HOST,
+  port: parseInt(process.env.BENCH_PORT, 10),
+  database: 'bench',
+  user: 'postgres',
+};
+const env = (name, dflt) => (process.env[name] !== undefined && process.env[name] !== '' ? process.env[name] : dflt);
+const KNOBS = {
+  gdext: { lanes: +env('BENCH_GDEXT_LANES', 2), batch: +env('BENCH_GDEXT_BATCH', 16) },
+  pgboss: { workers: +env('BENCH_PGBOSS_WORKERS', 2), batch: +env('BENCH_PGBOSS_BATCH', 1000),
+            poolSize: +env('BENCH_PGBOSS_POOL', 10) },
+  graphile: { concurrency: +env('BENCH_GRAPHILE_CONCURRENCY', 16),
+              localQueue: +env('BENCH_GRAPHILE_LOCAL_QUEUE', 64),
+              completeDelay: +env('BENCH_GRAPHILE_COMPLETE_DELAY', 0) },
+  pgq: { pollMs: +env('BENCH_PGQ_POLL_MS', 10) },
+};
+const TIMEOUT_MS = 1000 * +env('BENCH_TIMEOUT', 180);
+const W2_BUDGET_MS = 1000 * +env('BENCH_W2_BUDGET', 120);
+
+const out = (obj) => process.stdout.write(JSON.stringify(obj) + '\n');
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const nowMs = () => Number(process.hrtime.bigint()) / 1e6;
+
+async function connect(name) {
+  const c = new Client({ ...CONN, application_name: `bench ${SYSTEM} ${name}` });
+  await c.connect();
+  return c;
+}
+
+function waitForLine() {
+  return new Promise((resolve) => {
+    const rl = readline.createInterface({ input: process.stdin });
+    rl.once('line', (line) => { rl.close(); resolve(line); });
+    rl.once('close', () => resolve(null));
+  });
+}
+
+const LEDGER_INSERT = 'INSERT INTO bench.peer_ledger (job_id, payload) VALUES ($1, $2::jsonb)';
+// W4's child for the peers: its ledger row and the counter, in one statement.
+const CHILD_SQL = `WITH l AS (INSERT INTO bench.peer_ledger (job_id, payload) VALUES ($1, $2::jsonb))
+                   UPDATE bench.peer_fanout SET remaining = remaining - 1 WHERE parent = $3 RETURNING remaining`;
+
+// Completion notices for W2 (pg-boss, graphile-worker, PgQ have no "await"):
+// a trigger on the peer's own job table (or PgQ's ledger, written in the
+// transaction that finishes the batch) NOTIFYs bench_done with the job's id.
+class DoneListener {
+  constructor() { this.waiters = new Map(); this.early = new Set(); }
+  async start() {
+    this.client = await connect('w2 listener');
+    this.client.on('notification', (m) => {
+      const w = this.waiters.get(m.payload);
+      if (w) { this.waiters.delete(m.payload); w(); } else { this.early.add(m.payload); }
+    });
+    await this.client.query('LISTEN bench_done');
+  }
+  wait(id, ms) {
+    id = String(id);
+    if (this.early.delete(id)) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const t = setTimeout(() => { this.waiters.delete(id); resolve(false); }, ms);
+      this.waiters.set(id, () => { clearTimeout(t); resolve(true); });
+    });
+  }
+  async stop() { await this.client.end(); }
+}
+
+// ---------------------------------------------------------------- gen_durable, external path
+
+class GdExt {
+  constructor() { this.stopping = false; this.generation = 0; this.wakers = new Set(); }
+
+  async setup() { /* peers.sql defined the FSMs */ }
+
+  async startWorkers() {
+    const k = KNOBS.gdext;
+    this.listener = await connect('listener');
+    this.listener.on('notification', (m) => {
+      if (m.payload === 'ext') { this.generation++; for (const w of this.wakers) w(); }
+    });
+    await this.listener.query('LISTEN gd_work');
+    this.lanes = [];
+    for (let i = 0; i < k.lanes; i++) {
+      const c = await connect(`lane ${i}`);
+      this.lanes.push({ c, done: this.lane(c, `bench-node-${process.pid}-${i}`, k.batch) });
+    }
+  }
+
+  sleepUntilWoken(ms) {
+    return new Promise((resolve) => {
+      const w = () => { clearTimeout(t); this.wakers.delete(w); resolve(); };
+      const t = setTimeout(w, ms);
+      this.wakers.add(w);
+    });
+  }
+
+  async lane(c, name, batch) {
+    while (!this.stopping) {
+      const gen = this.generation;
+      const { rows } = await c.query(
+        "SELECT id, fsm, step, state, lease_token::text AS token FROM gd_claim('ext', $1, $2)", [name, batch]);
+      if (rows.length === 0) {
+        if (gen === this.generation && !this.stopping) await this.sleepUntilWoken(1000); // poll: a safety net only
+        continue;
+      }
+      // The batch's effects and its completions commit together: a step's
+      // effect in this database happens exactly once.
+      await c.query('BEGIN');
+      const ids = [], tokens = [], kinds = [], steps = [], args = [];
+      for (const r of rows) {
+        const o = await this.handle(c, r);
+        ids.push(r.id); tokens.push(r.token); kinds.push(o[0]); steps.push(o[1]); args.push(JSON.stringify(o[2]));
+      }
+      await c.query(`SELECT gd_complete(o.id, o.token,
+                        CASE o.kind WHEN 'done' THEN gd_done(o.arg)
+                                    WHEN 'next' THEN gd_next(o.step, o.arg)
+                                    WHEN 'spawn' THEN gd_spawn(o.arg, o.step) END)
+                       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[])
+                            AS o(id, token, kind, step, arg)`, [ids, tokens, kinds, steps, args]);
+      await c.query('COMMIT');
+    }
+  }
+
+  async handle(c, r) {
+    switch (`${r.fsm}/${r.step}`) {
+      case 'x1/only':
+      case 'x4_child/work':
+        await c.query(LEDGER_INSERT, [r.id, r.state]);
+        return ['done', null, {}];
+      case 'x3/a': return ['next', 'b', { ...r.state, a: true }];
+      case 'x3/b': return ['next', 'c', { ...r.state, b: true }];
+      case 'x3/c':
+        await c.query(LEDGER_INSERT, [r.id, r.state]);
+        return ['done', null, r.state];
+      case 'x4_parent/split': {
+        const children = [];
+        for (let i = 1; i <= r.state.children; i++) children.push({ fsm: 'x4_child', state: { i } });
+        return ['spawn', 'join', children];
+      }
+      case 'x4_parent/join':
+        await c.query(LEDGER_INSERT, [-1, r.state]);
+        return ['done', null, {}];
+      default: throw new Error(`gdext: no handler for ${r.fsm}/${r.step}`);
+    }
+  }
+
+  async enqueue(workload, n) {
+    const c = await connect('client');
+    const fsm = { w1: 'x1', w3: 'x3', w4: 'x4_parent' }[workload];
+    const state = workload === 'w4' ? `jsonb_build_object('children', ${n})` : "jsonb_build_object('n', g)";
+    const count = workload === 'w4' ? 1 : n;
+    await c.query('BEGIN');
+    await c.query(`SELECT count(gd_insert($1, ${state})) FROM generate_series(1, $2::int) g`, [fsm, count]);
+    await c.query('COMMIT');
+    await c.end();
+  }
+
+  async w2(n) {
+    const c = await connect('w2 client');
+    const run = async (i) => {
+      const { rows } = await c.query('SELECT gd_insert($1, $2::jsonb) AS id', ['x1', { n: i }]);
+      const r = await c.query("SELECT status FROM gd_await($1, '5s')", [rows[0].id]);
+      return r.rows[0].status === 'done';
+    };
+    const res = await latencyLoop(n, run);
+    await c.end();
+    return res;
+  }
+
+  async stopWorkers() {
+    this.stopping = true;
+    for (const w of [...this.wakers]) w();
+    for (const l of this.lanes) { await l.done; await l.c.end(); }
+    await this.listener.end();
+  }
+}
+
+// ---------------------------------------------------------------- pg-boss
+
+class PgBossPeer {
+  constructor() {
+    const PgBoss = require('pg-boss');
+    this.boss = new PgBoss({ ...CONN, application_name: 'bench pgboss', max: 10 });
+    this.boss.on('error', (e) => console.error(`pg-boss error: ${e.message}`));
+    this.pool = new Pool({ ...CONN, application_name: 'bench pgboss handlers', max: KNOBS.pgboss.poolSize });
+    this.workerIds = [];
+  }
+
+  static QUEUES = ['w1', 'w2', 'w3a', 'w3b', 'w3c', 'w4parent', 'w4child', 'w4final'];
+
+  async setup() {
+    await this.boss.start();
+    for (const q of PgBossPeer.QUEUES) {
+      if (!(await this.boss.getQueue(q))) await this.boss.createQueue(q);
+    }
+  }
+
+  async startWorkers(workload) {
+    await this.boss.start();
+    const k = KNOBS.pgboss;
+    const queues = { w1: ['w1'], w2: ['w2'], w3: ['w3a', 'w3b', 'w3c'], w4: ['w4parent', 'w4child', 'w4final'] }[workload];
+    for (const q of queues) {
+      for (let i = 0; i < k.workers; i++) {
+        // A batch handler; each job's effect in its own statement, run
+        // concurrently on the handlers' pool; pg-boss completes the batch.
+        const id = await this.boss.work(q, { batchSize: k.batch, pollingIntervalSeconds: 0.5 },
+          (jobs) => Promise.all(jobs.map((job) => this.handle(q, job))));
+        this.workerIds.push(id);
+      }
+    }
+  }
+
+  async handle(q, job) {
+    switch (q) {
+      case 'w1': case 'w2': case 'w3c':
+        await this.pool.query(LEDGER_INSERT, [job.data.n, job.data]);
+        return;
+      case 'w3a': await this.boss.send('w3b', { ...job.data, a: true }); return;
+      case 'w3b': await this.boss.send('w3c', { ...job.data, b: true }); return;
+      case 'w4parent': {
+        await this.pool.query('INSERT INTO bench.peer_fanout VALUES ($1, $2)', [job.id, job.data.children]);
+        const children = [];
+        for (let i = 1; i <= job.data.children; i++) children.push({ name: 'w4child', data: { parent: job.id, i } });
+        await this.boss.insert(children);
+        return;
+      }
+      case 'w4child': {
+        const { rows } = await this.pool.query(CHILD_SQL, [job.data.i, job.data, job.data.parent]);
+        if (rows[0].remaining === 0) await this.boss.send('w4final', { parent: job.data.parent });
+        return;
+      }
+      case 'w4final': await this.pool.query(LEDGER_INSERT, [-1, job.data]); return;
+      default: throw new Error(`pgboss: no handler for ${q}`);
+    }
+  }
+
+  async enqueue(workload, n, startAfter) {
+    if (workload === 'w4') { await this.boss.send('w4parent', { children: n }); return; }
+    const name = { w1: 'w1', w3: 'w3a', backlog: 'w1' }[workload];
+    const jobs = [];
+    for (let i = 1; i <= n; i++) jobs.push(startAfter ? { name, data: { n: -i }, startAfter } : { name, data: { n: i } });
+    await this.boss.insert(jobs);
+  }
+
+  async w2(n) {
+    const listener = new DoneListener();
+    await listener.start();
+    await this.pool.query(`CREATE OR REPLACE FUNCTION bench.pgboss_done() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM pg_notify('bench_done', NEW.id::text); RETURN NULL; END $$`);
+    await this.pool.query(`CREATE TRIGGER bench_done AFTER UPDATE ON pgboss.job FOR EACH ROW
+        WHEN (NEW.name = 'w2' AND NEW.state = 'completed' AND OLD.state <> 'completed') EXECUTE FUNCTION bench.pgboss_done()`);
+    try {
+      return await latencyLoop(n, async (i) => {
+        const id = await this.boss.send('w2', { n: i });
+        // pg-boss polls (0.5 s at the least); its own way to skip the wait
+        // is notifyWorker, for a worker in the sending process.
+        for (const w of this.workerIds) this.boss.notifyWorker(w);
+        return listener.wait(id, 5000);
+      });
+    } finally {
+      await this.pool.query('DROP TRIGGER bench_done ON pgboss.job');
+      await listener.stop();
+    }
+  }
+
+  async stopWorkers() {
+    await this.boss.stop({ graceful: true, wait: true, timeout: 15000 });
+    await this.pool.end();
+  }
+}
+
+// ---------------------------------------------------------------- graphile-worker
+
+class GraphilePeer {
+  constructor() {
+    this.gw = require('graphile-worker');
+    this.pool = new Pool({ ...CONN, application_name: 'bench graphile', max: KNOBS.graphile.concurrency + 4 });
+    this.pool.on('error', (e) => console.error(`graphile pool: ${e.message}`));
+  }
+
+  async setup() {
+    const utils = await this.gw.makeWorkerUtils({ pgPool: this.pool });
+    await utils.migrate();
+    await utils.release();
+  }
+
+  taskList() {
+    const ledger = (helpers, jobId, data) => helpers.query(LEDGER_INSERT, [jobId, data]);
+    return {
+      w1: async (p, h) => { await ledger(h, p.n, p); },
+      w2: async (p, h) => { await ledger(h, p.n, p); },
+      w3a: async (p, h) => { await h.addJob('w3b', { ...p, a: true }); },
+      w3b: async (p, h) => { await h.addJob('w3c', { ...p, b: true }); },
+      w3c: async (p, h) => { await ledger(h, p.n, p); },
+      w4parent: async (p, h) => {
+        const parent = String(h.job.id);
+        await h.query('INSERT INTO bench.peer_fanout VALUES ($1, $2)', [parent, p.children]);
+        const specs = [];
+        for (let i = 1; i <= p.children; i++) specs.push({ identifier: 'w4child', payload: { parent, i } });
+        await h.addJobs(specs);
+      },
+      w4child: async (p, h) => {
+        const { rows } = await h.query(CHILD_SQL, [p.i, p, p.parent]);
+        if (rows[0].remaining === 0) await h.addJob('w4final', { parent: p.parent });
+      },
+      w4final: async (p, h) => { await ledger(h, -1, p); },
+    };
+  }
+
+  async startWorkers() {
+    const k = KNOBS.graphile;
+    this.runner = await this.gw.run({
+      pgPool: this.pool,
+      concurrency: k.concurrency,
+      noHandleSignals: true,
+      pollInterval: +env('BENCH_GRAPHILE_POLL_MS', 2000),
+      taskList: this.taskList(),
+      logger: new this.gw.Logger(() => (level, message) => { if (level === 'error') console.error(message); }),
+      preset: { worker: {
+        localQueue: k.localQueue > 1 ? { size: k.localQueue } : undefined,
+        completeJobBatchDelay: k.completeDelay,
+        failJobBatchDelay: k.completeDelay,
+      } },
+    });
+    this.utils = await this.gw.makeWorkerUtils({ pgPool: this.pool });
+  }
+
+  async enqueue(workload, n, runAt) {
+    if (workload === 'w4') { await this.utils.addJob('w4parent', { children: n }); return; }
+    const identifier = { w1: 'w1', w3: 'w3a', backlog: 'w1' }[workload];
+    const specs = [];
+    for (let i = 1; i <= n; i++) specs.push(runAt ? { identifier, payload: { n: -i }, runAt } : { identifier, payload: { n: i } });
+    await this.utils.addJobs(specs);
+  }
+
+  async w2(n) {
+    const listener = new DoneListener();
+    await listener.start();
+    await this.pool.query(`CREATE OR REPLACE FUNCTION bench.graphile_done() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM pg_notify('bench_done', OLD.id::text); RETURN NULL; END $$`);
+    await this.pool.query(`CREATE TRIGGER bench_done AFTER DELETE ON graphile_worker._private_jobs
+        FOR EACH ROW EXECUTE FUNCTION bench.graphile_done()`);
+    try {
+      return await latencyLoop(n, async (i) => {
+        const job = await this.utils.addJob('w2', { n: i });
+        return listener.wait(job.id, 5000);
+      });
+    } finally {
+      await this.pool.query('DROP TRIGGER bench_done ON graphile_worker._private_jobs');
+      await listener.stop();
+    }
+  }
+
+  async stopWorkers() {
+    await this.runner.stop();
+    if (this.utils) await this.utils.release();
+    await this.pool.end();
+  }
+}
+
+// ---------------------------------------------------------------- PgQ
+
+class PgqPeer {
+  async setup() { /* peers.sql created the queue */ }
+
+  async startWorkers() {
+    this.consumer = await connect('consumer');
+    await this.consumer.query('UPDATE bench.pgq_control SET stop = false');
+    const name = `bench_${process.pid}`;
+    this.done = this.consumer.query('CALL bench.pgq_consume($1, $2)', [name, KNOBS.pgq.pollMs]);
+    this.done.catch(() => {});
+    this.client = await connect('client');
+    for (;;) {  // ready once the consumer is registered (it reads events after that)
+      const { rows } = await this.client.query(
+        'SELECT 1 FROM pgq.get_consumer_info() WHERE queue_name = $1 AND consumer_name = $2', ['bench', name]);
+      if (rows.length) break;
+      await sleep(20);
+    }
+  }
+
+  async enqueue(workload, n) {
+    const c = this.client || await connect('client');
+    if (workload === 'w4') {
+      await c.query("SELECT pgq.insert_event('bench', 'w4parent', jsonb_build_object('children', $1::int)::text)", [n]);
+    } else if (workload === 'backlog') {
+      // W5: a consumer that lags (registered, never reads) keeps these events
+      // in the queue's tables; W1's consumer registers after them.
+      await c.query("SELECT pgq.register_consumer('bench', 'laggard')");
+      for (let done = 0; done < n; done += 50000) {
+        await c.query("SELECT count(pgq.insert_event('bench', 'w1', jsonb_build_object('n', -g)::text)) FROM generate_series($1::int, $2::int) g",
+          [done + 1, Math.min(n, done + 50000)]);
+      }
+      await c.query("SELECT pgq.force_tick('bench')");
+    } else {
+      const type = { w1: 'w1', w3: 'w3a' }[workload];
+      await c.query('BEGIN');
+      await c.query("SELECT count(pgq.insert_event('bench', $1, jsonb_build_object('n', g)::text)) FROM generate_series(1, $2::int) g", [type, n]);
+      await c.query('COMMIT');
+    }
+    if (!this.client) await c.end();
+  }
+
+  async w2(n) {
+    const listener = new DoneListener();
+    await listener.start();
+    await this.client.query(`CREATE OR REPLACE FUNCTION bench.pgq_done() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM pg_notify('bench_done', NEW.job_id::text); RETURN NULL; END $$`);
+    await this.client.query(`CREATE TRIGGER bench_done AFTER INSERT ON bench.peer_ledger
+        FOR EACH ROW EXECUTE FUNCTION bench.pgq_done()`);
+    try {
+      return await latencyLoop(n, async (i) => {
+        const { rows } = await this.client.query(
+          "SELECT pgq.insert_event('bench', 'w1', jsonb_build_object('n', $1::int)::text) AS id", [i]);
+        return listener.wait(rows[0].id, 5000);
+      });
+    } finally {
+      await this.client.query('DROP TRIGGER bench_done ON bench.peer_ledger');
+      await listener.stop();
+    }
+  }
+
+  async stopWorkers() {
+    await this.client.query('UPDATE bench.pgq_control SET stop = true');
+    await this.done;
+    await this.client.query('UPDATE bench.pgq_control SET stop = false');
+    await this.consumer.end();
+    await this.client.end();
+  }
+}
+
+// ---------------------------------------------------------------- workloads
+
+async function latencyLoop(n, one) {
+  for (let i = 0; i < 20; i++) await one(-1 - i);  // warm the connections and plans
+  const ms = [];
+  let lost = 0;
+  const started = nowMs();
+  for (let i = 1; i <= n; i++) {
+    const t0 = nowMs();
+    const ok = await one(i);
+    ms.push(nowMs() - t0);
+    if (!ok) lost++;
+    if (nowMs() - started > W2_BUDGET_MS) break;
+  }
+  return { latencies_ms: ms, lost, stopped_early: ms.length < n };
+}
+
+async function waitLedger(c, sql, target) {
+  const deadline = nowMs() + TIMEOUT_MS;
+  for (;;) {
+    const { rows } = await c.query(sql);
+    const got = parseInt(rows[0].n, 10);
+    if (got >= target || nowMs() > deadline) return got;
+    await sleep(100);
+  }
+}
+
+async function main() {
+  const peer = { gdext: GdExt, pgboss: PgBossPeer, graphile: GraphilePeer, pgq: PgqPeer }[SYSTEM];
+  if (!peer) throw new Error(`unknown system ${SYSTEM}`);
+  const p = new peer();
+  if (WORKLOAD === 'setup') {
+    await p.setup();
+    if (p.stopWorkers && SYSTEM === 'pgboss') await p.boss.stop({ graceful: false, wait: true });
+    out({ setup: SYSTEM });
+    return;
+  }
+  if (WORKLOAD === 'backlog') {
+    out({ ready: true });
+    await waitForLine();
+    const t0 = nowMs();
+    const later = new Date(Date.now() + 86400e3);
+    if (SYSTEM === 'pgboss') {
+      await p.boss.start();
+      for (let done = 0; done < N; done += 50000) await p.enqueue('backlog', Math.min(50000, N - done), later.toISOString());
+      await p.boss.stop({ graceful: false, wait: true });
+    } else if (SYSTEM === 'graphile') {
+      p.utils = await p.gw.makeWorkerUtils({ pgPool: p.pool });
+      for (let done = 0; done < N; done += 50000) await p.enqueue('backlog', Math.min(50000, N - done), later);
+      await p.utils.release();
+      await p.pool.end();
+    } else if (SYSTEM === 'pgq') {
+      await p.enqueue('backlog', N);
+    } else {
+      throw new Error(`backlog: ${SYSTEM} is prepared by bench.py`);
+    }
+    out({ backlog: N, seconds: (nowMs() - t0) / 1000 });
+    return;
+  }
+
+  await p.startWorkers(WORKLOAD === 'w2' ? 'w2' : WORKLOAD);
+  const probe = await connect('probe');
+  out({ ready: true, knobs: KNOBS[SYSTEM], pid: process.pid });
+  await waitForLine();
+
+  let result;
+  if (WORKLOAD === 'w2') {
+    result = await p.w2(N);
+  } else {
+    const t0 = nowMs();
+    await p.enqueue(WORKLOAD, N);
+    const enqueueS = (nowMs() - t0) / 1000;
+    const { rows } = await probe.query('SELECT clock_timestamp() AS t');
+    const enqueuedAt = rows[0].t.toISOString();
+    let got;
+    if (WORKLOAD === 'w4') {
+      got = await waitLedger(probe, 'SELECT count(*) AS n FROM bench.peer_ledger WHERE job_id = -1', 1);
+    } else {
+      got = await waitLedger(probe, 'SELECT count(*) AS n FROM bench.peer_ledger', N);
+    }
+    result = { enqueue_s: enqueueS, enqueued_at: enqueuedAt, ledger: got,
+               complete: WORKLOAD === 'w4' ? got >= 1 : got >= N };
+  }
+  out({ result, cpu: process.cpuUsage() });
+  await waitForLine();  // bench.py reads the CPU of our connections' backends first
+  await probe.end();
+  await p.stopWorkers();
+}
+
+main().then(() => process.exit(0), (e) => { console.error(`peers.js ${SYSTEM} ${WORKLOAD}: ${e.stack || e}`); process.exit(1); });
