@@ -14,8 +14,8 @@
 #   W4  one parent, BENCH_FANOUT_CHILDREN (10000) children, then a join
 #   W2  latency: BENCH_LATENCY_SAMPLES (1000) jobs one at a time, p50/p99
 #   W5  W1 with BENCH_BACKLOG (200000) jobs already waiting (gen_durable: and
-#       as many finished rows not yet swept); the 1000000 takes about
-#       4 more minutes per 200000 on a 2-core machine (making the backlogs)
+#       as many finished rows not yet swept); the 1000000 adds about
+#       4 minutes (making the backlogs) on a 2-core machine
 #   W6  W1 while another session holds a REPEATABLE READ snapshot: jobs/s,
 #       dead tuples and size of the queue tables before and after
 #
