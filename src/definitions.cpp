@@ -77,8 +77,9 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
     if (load_plan == nullptr) {
         Oid types[3] = {TEXTOID, INT4OID, TEXTOID};
         load_plan = SPI_prepare("SELECT s.handler::oid, f.owner::oid, s.max_attempts,"
-                                "       (extract(epoch FROM s.backoff) * 1000000)::int8,"
-                                "       (extract(epoch FROM s.max_backoff) * 1000000)::int8,"
+                                /* clamped to 100 years: longer means never, and must not overflow */
+                                "       (least(extract(epoch FROM s.backoff), 3162240000) * 1000000)::int8,"
+                                "       (least(extract(epoch FROM s.max_backoff), 3162240000) * 1000000)::int8,"
                                 "       coalesce(least(extract(epoch FROM s.timeout) * 1000, 2147483647), 0)::int4,"
                                 "       s.rate_limit"
                                 "  FROM gd.steps s JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version"

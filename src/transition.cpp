@@ -53,10 +53,16 @@ int compare_keys(const void *a, const void *b)
     return strcmp(*static_cast<const char *const *>(a), *static_cast<const char *const *>(b));
 }
 
+/* Longer delays mean "never" in practice and are clamped, so no timestamp overflows. */
+constexpr int64 MAX_DELAY_US = INT64CONST(100) * 366 * USECS_PER_DAY;
+
+/* An interval in microseconds, clamped to +/- MAX_DELAY_US. */
 int64 interval_usecs(Datum value)
 {
     const Interval *span = DatumGetIntervalP(value);
-    return span->time + (span->day + static_cast<int64>(span->month) * DAYS_PER_MONTH) * USECS_PER_DAY;
+    double usecs = static_cast<double>(span->time) +
+                   (static_cast<double>(span->day) + static_cast<double>(span->month) * DAYS_PER_MONTH) * USECS_PER_DAY;
+    return static_cast<int64>(Max(Min(usecs, static_cast<double>(MAX_DELAY_US)), -static_cast<double>(MAX_DELAY_US)));
 }
 
 [[noreturn]] void bad_outcome(const PickedInstance &row, const char *problem)
@@ -314,8 +320,14 @@ void gd_write_transition(int64 id, const Transition &t)
                       BoolGetDatum(t.keep_resume)};
     char nulls[13] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' ',
                       t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n', ' '};
-    if (SPI_execute_plan(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE || SPI_processed != 1)
+    if (SPI_execute_plan(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
+    if (SPI_processed == 0) {
+        /* Its own step deleted the row: nothing is left to move on. */
+        ereport(WARNING, (errmsg("gen_durable: instance " INT64_FORMAT " was deleted during its step \"%s\"", id,
+                                 t.step)));
+        return;
+    }
     after_transition(id, t);
 }
 
@@ -438,6 +450,7 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
             delay_us *= 2;
         delay_us = Min(delay_us, def.max_backoff_us);
     }
+    delay_us = Min(delay_us, MAX_DELAY_US);
     t.status = "runnable";
     t.attempt = row.attempt + 1;
     t.eligible_at += delay_us;

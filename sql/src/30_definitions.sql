@@ -13,6 +13,7 @@ BEGIN
     IF fsm_name IS NULL OR fsm_name = '' THEN
         PERFORM gd._bad_argument('FSM name must not be empty');
     END IF;
+    PERFORM gd._check_length(fsm_name, 'FSM name'), gd._check_length(initial, 'initial step name');
     IF initial IS NULL OR initial = '' THEN
         PERFORM gd._bad_argument(format('initial step of FSM %L must not be empty', fsm_name));
     END IF;
@@ -57,7 +58,7 @@ BEGIN
                 MESSAGE = format('gen_durable: unknown FSM %L version %s', fsm, version);
         END IF;
     END IF;
-    PERFORM gd._check_owns(fsm_row.name);
+    PERFORM gd._check_owns(fsm_row.name), gd._check_length(step, 'step name');
     IF step IS NULL OR step = '' THEN
         PERFORM gd._bad_argument(format('step name of FSM %L must not be empty', fsm));
     END IF;
@@ -68,6 +69,8 @@ BEGIN
     IF backoff IS NULL OR backoff < interval '0' OR max_backoff IS NULL OR max_backoff < interval '0' THEN
         PERFORM gd._bad_argument(format('backoff and max_backoff of step %L must be non-negative intervals', step));
     END IF;
+    PERFORM gd._check_interval(backoff, 'backoff'), gd._check_interval(max_backoff, 'max_backoff'),
+            gd._check_interval(timeout, 'timeout');
     IF timeout <= interval '0' THEN
         PERFORM gd._bad_argument(format('timeout of step %L must be positive, got %s', step, timeout));
     END IF;
@@ -76,6 +79,10 @@ BEGIN
                p.prorettype
           INTO takes_state_and_context, handler_result
           FROM pg_proc p WHERE p.oid = handler;
+        IF NOT FOUND OR handler = 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+                MESSAGE = format('gen_durable: handler %s of step %L is not a function', handler::oid, step);
+        END IF;
         IF NOT takes_state_and_context THEN
             RAISE EXCEPTION USING ERRCODE = 'undefined_function',
                 MESSAGE = format('gen_durable: handler %s of step %L must take (state jsonb, ctx gd.context)',
@@ -129,7 +136,8 @@ CREATE FUNCTION @extschema@.gd_wait_signal(names text[], timeout interval DEFAUL
                                            state jsonb DEFAULT NULL)
 RETURNS gd.outcome LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    IF names IS NULL OR cardinality(names) = 0 OR array_position(names, NULL) IS NOT NULL THEN
+    IF names IS NULL OR cardinality(names) = 0 OR array_ndims(names) <> 1 OR array_position(names, NULL) IS NOT NULL
+       OR array_position(names, '') IS NOT NULL THEN
         PERFORM gd._bad_argument(format('gd_wait_signal needs signal names, got %s', coalesce(names::text, 'NULL')));
     END IF;
     IF state IS NOT NULL AND jsonb_typeof(state) <> 'object' THEN

@@ -51,6 +51,8 @@ BEGIN
     IF correlation_key = '' THEN
         PERFORM gd._bad_argument('correlation_key must not be empty');
     END IF;
+    PERFORM gd._check_length(correlation_key, 'correlation_key'), gd._check_length(concurrency_key, 'concurrency_key'),
+            gd._check_length(rate_limit, 'rate_limit');
     PERFORM gd._check_rate_limit(rate_limit, weight);
     IF concurrency_key IS NOT NULL AND (concurrency_key = '' OR split_part(concurrency_key, ':', 1) = '') THEN
         PERFORM gd._bad_argument(format('concurrency_key must be name or name:partition, got %L', concurrency_key));

@@ -20,8 +20,9 @@ BEGIN
     IF awaited IS NULL THEN
         PERFORM gd._bad_argument('gd_await needs an instance id');
     END IF;
-    IF timeout IS NULL OR timeout < interval '0' THEN
-        PERFORM gd._bad_argument(format('timeout must be a non-negative interval, got %s', coalesce(timeout::text, 'NULL')));
+    IF timeout IS NULL OR timeout < interval '0' OR timeout > interval '100 years' THEN
+        PERFORM gd._bad_argument(format('timeout must be an interval from 0 to 100 years, got %s',
+                                        coalesce(timeout::text, 'NULL')));
     END IF;
     IF until IS NULL OR until NOT IN ('settled', 'terminal') THEN
         PERFORM gd._bad_argument(format('until must be settled or terminal, got %L', until));

@@ -37,9 +37,13 @@ DECLARE
     inst gd.instances;
     stored bigint;
 BEGIN
+    IF target IS NULL THEN
+        PERFORM gd._bad_argument('a signal needs a target instance');
+    END IF;
     IF gd_signal.name IS NULL OR gd_signal.name = '' THEN
         PERFORM gd._bad_argument('a signal needs a name');
     END IF;
+    PERFORM gd._check_length(gd_signal.name, 'signal name'), gd._check_length(gd_signal.dedup_key, 'dedup_key');
     IF gd_signal.payload IS NULL THEN
         PERFORM gd._bad_argument(format('payload of signal %L must not be NULL', gd_signal.name));
     END IF;

@@ -69,7 +69,7 @@ BEGIN
     IF value <= interval '0' THEN
         PERFORM gd._bad_argument(format('%s must be a positive interval, got %s', what, value));
     END IF;
-    RETURN value;
+    RETURN gd._check_interval(value, what);
 END $$;
 
 CREATE FUNCTION gd._check_claim(id bigint, lease_token bigint) RETURNS void

@@ -121,8 +121,9 @@ SELECT t.bad_try('42883', $$SELECT gd_define_step('bad', 'b_dangling', 999999999
 -- Intervals too large to be used as microseconds (the engine stores backoff
 -- and max_backoff as int8 microseconds).
 SELECT t.bad_try('22023', $$SELECT gd_define_step('bad', 'b_huge_backoff', 't.bad_ok(jsonb, gd.context)'::regprocedure, backoff => '1000000 years', max_backoff => '1000000 years')$$);
--- A huge timeout is no limit in practice: fine.
-SELECT t.bad_try('ok', $$SELECT gd_define_step('bad', 'b_long', 't.bad_ok(jsonb, gd.context)'::regprocedure, timeout => '178000000 years')$$);
+-- Delays, timeouts and leases are capped at 100 years (longer means never).
+SELECT t.bad_try('22023', $$SELECT gd_define_step('bad', 'b_long', 't.bad_ok(jsonb, gd.context)'::regprocedure, timeout => '178000000 years')$$);
+SELECT t.bad_try('ok', $$SELECT gd_define_step('bad', 'b_long', 't.bad_ok(jsonb, gd.context)'::regprocedure, timeout => '99 years')$$);
 SELECT t.bad_try('22023', $$SELECT gd_define_step('bad', (SELECT r FROM t.bad_big))$$);
 -- The steps of 'bad' after all this: a (the real one), b_long, and what was wrongly accepted.
 SELECT step, handler IS NULL AS external, max_attempts, backoff, timeout FROM gd.steps WHERE fsm = 'bad' ORDER BY step;
@@ -174,7 +175,8 @@ SELECT t.bad_try('22023', $$SELECT gd_insert('bad', schedule_in => '178000000 ye
 -- Accepted (and harmless): far-off and infinite eligibility, an empty scope.
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', eligible_at => 'infinity')$$);
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', eligible_at => '-infinity')$$);
-SELECT t.bad_try('ok', $$SELECT gd_insert('bad', schedule_in => '100000 years')$$);
+SELECT t.bad_try('22023', $$SELECT gd_insert('bad', schedule_in => '100000 years')$$);
+SELECT t.bad_try('ok', $$SELECT gd_insert('bad', schedule_in => '100 years')$$);
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', correlation_key => 'bad-k', correlation_scope => '{}')$$);
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', correlation_key => 'bad-k', correlation_scope => '{}')$$);
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', priority => -2147483648)$$);
@@ -235,7 +237,7 @@ SELECT t.bad_try('42704', $$SELECT gd_pause((SELECT r FROM t.bad_big))$$);
 SELECT t.bad_try('P0002', $$SELECT gd_signal((SELECT r FROM t.bad_big), 'go')$$);
 -- Big values that are data, not names: accepted.
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', jsonb_build_object('blob', (SELECT r FROM t.bad_big)))$$);
-SELECT t.bad_try('ok', $$SELECT gd_define_fsm('bad_big_initial', (SELECT r FROM t.bad_big), 'bad_q')$$);
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_big_initial', (SELECT r FROM t.bad_big), 'bad_q')$$);
 SELECT t.bad_try('ok', $$SELECT gd_next('a', jsonb_build_object('blob', (SELECT x FROM t.bad_big)))$$);
 SELECT t.bad_try('ok', $$SELECT gd_done(to_jsonb((SELECT r FROM t.bad_big)))$$);
 -- 10,000 levels of nesting: PostgreSQL parses it; it is not an object.
@@ -269,10 +271,10 @@ SELECT t.bad_try('pg', $$SELECT gd_signal(1.5, 'go')$$);
 SELECT t.bad_try('pg', $$SELECT gd_signal(true, 'go')$$);
 -- A 1 MB dedup key is an index key: refused by the engine, not the index.
 SELECT t.bad_try('22023', format($$SELECT gd_signal(%s, 'go', '{}', (SELECT r FROM t.bad_big))$$, (SELECT id FROM t.bad_target)));
--- Accepted: any payload, a 1 MB name (data), an empty dedup key.
+-- Accepted: any payload, an empty dedup key; a 1 MB signal name is refused (names are capped at 1,000 bytes).
 SELECT t.bad_try('ok', format($$SELECT gd_signal(%s, 'go', '[1, 2]')$$, (SELECT id FROM t.bad_target)));
 SELECT t.bad_try('ok', format($$SELECT gd_signal(%s, 'go', 'null')$$, (SELECT id FROM t.bad_target)));
-SELECT t.bad_try('ok', format($$SELECT gd_signal(%s, (SELECT r FROM t.bad_big))$$, (SELECT id FROM t.bad_target)));
+SELECT t.bad_try('22023', format($$SELECT gd_signal(%s, (SELECT r FROM t.bad_big))$$, (SELECT id FROM t.bad_target)));
 SELECT t.bad_try('ok', format($$SELECT gd_signal(%s, 'go', '{}', '')$$, (SELECT id FROM t.bad_target)));
 SELECT count(*) AS signals_stored FROM gd.signals WHERE instance_id = (SELECT id FROM t.bad_target);
 
@@ -394,7 +396,7 @@ SELECT t.bad_complete('22023', $$gd_next('f', NULL, '300000 years')$$);
 SELECT t.bad_complete('22023', $$gd_retry('{}'::jsonb, '300000 years')$$);
 SELECT t.bad_complete('22023', $$gd_wait_signal('{go}', '300000 years')$$);
 -- Accepted: far but representable delays, garbage jsonb where any jsonb goes.
-SELECT t.bad_complete('ok', $$gd_next('f', NULL, '1000 years')$$);
+SELECT t.bad_complete('22023', $$gd_next('f', NULL, '1000 years')$$);
 SELECT t.bad_complete('ok', $$gd_retry('[1, 2]'::jsonb)$$);
 SELECT t.bad_complete('ok', $$gd_done('"just a string"')$$);
 SELECT t.bad_complete('ok', $$gd_stop('null')$$);

@@ -5,13 +5,11 @@
 #       finds no row (before d4171b7: "gen_durable: could not record the
 #       transition", the round rolled back and was tried again a second
 #       later, forever);
-#   (b) the step was defined with a backoff too large for int8 microseconds
-#       ('1000000 years' is accepted by gd_define_step): loading the step
-#       definition raises "bigint out of range" in every round that picks it.
+#   (b) a step defined with a backoff too large for int8 microseconds
+#       ('1000000 years'): gd_define_step refuses it, so no round fails.
 # The contract (CONTRACT.md, step outcomes): a step that fails is a failed
 # attempt of its instance, retried with backoff and then failed; other
-# instances are not affected.  The assertions of (b) are TODO while the
-# engine does not meet them (see the issue 8 report); the rest holds today.
+# instances are not affected.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -106,21 +104,13 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM ledger WHERE instance IN (
 # ---------------------------------------------------------------------------
 my ($rc, $out, $err) = $node->psql('postgres',
 	q{SELECT gd_define_step('h', 'a', 'work(jsonb, gd.context)'::regprocedure, backoff => '1000000 years', max_backoff => '1000000 years')});
-TODO:
-{
-	local $TODO = 'engine: gd_define_step accepts a backoff it cannot convert to int8 microseconds';
-	like($err, qr/ERROR:  gen_durable: .*backoff/, '(b) gd_define_step refuses a backoff of 1,000,000 years (22023)');
-}
+like($err, qr/ERROR:  gen_durable: .*backoff/, '(b) gd_define_step refuses a backoff of 1,000,000 years (22023)');
 $off = -s $node->logfile;
 my $huge = $node->safe_psql('postgres',
 	q{SELECT string_agg(gd_insert('h')::text, ',') FROM generate_series(1, 5)});
 $done = wait_done($huge, 5, 2);
-TODO:
-{
-	local $TODO = 'engine: loading such a step raises "bigint out of range" outside the step, in every round';
-	is($done, 5, '(b) instances at that step still run (or fail as attempts)');
-	ok(!$node->log_contains(qr/bigint out of range/, $off), '(b) no round failed with "bigint out of range"');
-}
+is($done, 5, '(b) instances at that step still run (or fail as attempts)');
+ok(!$node->log_contains(qr/bigint out of range/, $off), '(b) no round failed with "bigint out of range"');
 note("(b) $done of 5 done after 2 s");
 # Redefining the step frees the queue; nothing was lost.
 $node->safe_psql('postgres', q{SELECT gd_define_step('h', 'a', 'work(jsonb, gd.context)'::regprocedure)});
