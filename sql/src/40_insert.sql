@@ -116,6 +116,27 @@ BEGIN
     RETURN (entry->>option)::int;
 END $$;
 
+-- A string insert option of an entry as a timestamptz or interval (the type
+-- of `kind`), or NULL when absent; anything else is a bad argument.
+CREATE FUNCTION gd._entry_cast(entry jsonb, option text, kind anyelement) RETURNS anyelement
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    cast_value kind%TYPE;
+BEGIN
+    IF NOT entry ? option OR entry->option = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(entry->option) <> 'string' THEN
+        PERFORM gd._bad_argument(format('insert option %s must be a string, got %s', option, entry->option));
+    END IF;
+    BEGIN
+        cast_value := (entry->>option);
+    EXCEPTION WHEN data_exception THEN
+        PERFORM gd._bad_argument(format('insert option %s: %s', option, SQLERRM));
+    END;
+    RETURN cast_value;
+END $$;
+
 -- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert.
 CREATE FUNCTION gd._insert_entry(default_fsm text, entry jsonb, on_duplicate text, parent_id bigint DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql AS $$
@@ -145,8 +166,8 @@ BEGIN
                            THEN ARRAY(SELECT jsonb_array_elements_text(entry->'correlation_scope')) END,
                       entry->>'rate_limit',
                       gd._entry_int(entry, 'weight', 1),
-                      (entry->>'eligible_at')::timestamptz,
-                      (entry->>'schedule_in')::interval,
+                      gd._entry_cast(entry, 'eligible_at', NULL::timestamptz),
+                      gd._entry_cast(entry, 'schedule_in', NULL::interval),
                       on_duplicate, parent_id);
 END $$;
 
