@@ -1,12 +1,13 @@
 /*
- * step_runner.cpp — running one picked step.  The handler runs in its own
- * subtransaction, as the FSM's owner, under the step's timeout.  Its outcome
- * is validated and written as a transition inside that subtransaction, so
- * the step's effects and the instance's new state commit together.  If the
- * handler raises, overruns its timeout, returns NULL or a bad outcome, the
- * subtransaction is rolled back (its effects vanish) and the attempt is
- * recorded as a retry with the error.  The transition itself is written in
- * the round's transaction, after the subtransaction ends.
+ * step_runner.cpp — running a batch of picked steps.  Each handler runs in
+ * its own subtransaction, as the FSM's owner, under the step's timeout, after
+ * its rate limits admitted it.  Its outcome is validated (and a spawn's
+ * children inserted) inside that subtransaction; if the handler raises,
+ * overruns its timeout, returns NULL or a bad outcome, the subtransaction is
+ * rolled back (its effects vanish) and the attempt is recorded as a retry
+ * with the error.  The transitions are written in the round's own
+ * transaction, the plain ones together at the end of the batch, so a step's
+ * effects and its instance's new state commit together.
  */
 #include "executor.hpp"
 #include "stats.hpp"

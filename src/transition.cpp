@@ -2,9 +2,10 @@
  * transition.cpp — where an instance goes after a step.  A handler's
  * gd.outcome is validated and turned into a Transition (next step, retry
  * after exponential backoff, a wait for signals, a spawn of children, or a
- * terminal status); one kept UPDATE plan writes every kind, in the same
- * transaction as the step's own effects.  In-database steps and external
- * completions share this path.
+ * terminal status); kept UPDATE plans write them — one row at a time, or a
+ * round's plain transitions in one statement — in the same transaction as
+ * the steps' own effects.  In-database steps and external completions share
+ * this path.
  */
 #include "executor.hpp"
 #include "stats.hpp"
