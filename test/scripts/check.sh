@@ -93,11 +93,13 @@ shopt -s nullglob
 sql_files=("$ROOT"/test/sql/*.sql)
 spec_files=("$ROOT"/test/specs/*.spec)
 tap_files=("$ROOT"/test/t/*.pl)
+tap_mods=("$ROOT"/test/t/*.pm)     # shared helpers (GdTest.pm), on PERL5LIB
 exp_files=("$ROOT"/expected/*.out)
 shopt -u nullglob
 ((${#sql_files[@]})) && cp "${sql_files[@]}" "$WORK/sql/"
 ((${#spec_files[@]})) && cp "${spec_files[@]}" "$WORK/specs/"
 ((${#tap_files[@]})) && cp "${tap_files[@]}" "$WORK/t/"
+((${#tap_mods[@]})) && cp "${tap_mods[@]}" "$WORK/t/"
 ((${#exp_files[@]})) && cp "${exp_files[@]}" "$WORK/expected/"
 cp "$ROOT/test/pg_test.conf" "$WORK/pg_test.conf"
 # Isolation: same settings, with the overrides of pg_test_isolation.conf last
@@ -217,7 +219,7 @@ if ((${#tap_files[@]})); then
         PATH="$GD_PG_BINDIR:$PATH" \
         PGPORT="$port" \
         PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
-        PERL5LIB="$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
+        PERL5LIB="$WORK/t:$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
         perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${tap_rel[@]}" 2>&1
     rc=$?
     set -e

@@ -5,19 +5,10 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:1'
-gen_durable.poll_interval = '200ms'
-max_worker_processes = 16
-});
-$node->start;
+my $node = GdTest::start_node('main');
 
 is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 	'gen_durable', 'server started with gen_durable preloaded');

@@ -8,25 +8,18 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use Time::HiRes qw(time usleep);
 
 # Every poll in this file is bounded well below the suite's timeout.
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
-my $node = PostgreSQL::Test::Cluster->new('launcher');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:2, mail:1'
-gen_durable.poll_interval = '200ms'
-max_worker_processes = 32
-restart_after_crash = on
-fsync = off
-lc_messages = 'C'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'launcher',
+	'gen_durable.queues' => 'default:2, mail:1',
+	max_worker_processes => 32,
+	restart_after_crash  => 'on',
+);
 
 # The schema every served database gets: a ledger the handlers write to, with
 # one row per (instance, step) at most, and a generic handler that follows

@@ -7,24 +7,18 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:2'
-gen_durable.poll_interval = '200ms'
-max_worker_processes = 32
-fsync = off
-lc_messages = 'C'
-cluster_name = 'primary'
-});
-$primary->start;
+my $primary = GdTest::start_node(
+	'primary',
+	'-init'              => { allows_streaming => 1 },
+	'gen_durable.queues' => 'default:2',
+	max_worker_processes => 32,
+	cluster_name         => 'primary',
+);
 
 $primary->safe_psql('postgres', q{
 CREATE EXTENSION gen_durable;
@@ -74,12 +68,10 @@ is($standby->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 my $ids = $primary->safe_psql('postgres',
 	"SELECT string_agg(gd_insert('two')::text, ',') FROM generate_series(1, 20)");
 my $later_id = $primary->safe_psql('postgres', "SELECT gd_insert('later')");
-ok( $primary->poll_query_until('postgres',
-		"SELECT count(*) FROM gd.instances WHERE id IN ($ids) AND status = 'done'", '20'),
+ok( GdTest::poll_done($primary, $ids, 20),
 	'primary completes its instances while the standby streams');
 $primary->wait_for_catchup($standby);
-is( $standby->safe_psql('postgres',
-		"SELECT count(*) FROM gd.instances WHERE id IN ($ids) AND status = 'done'"),
+is( $standby->safe_psql('postgres', GdTest::done_query($ids)),
 	'20', 'the standby sees them done (replicated)');
 is( $standby->safe_psql('postgres',
 		"SELECT status FROM gd.instances WHERE id = $later_id"),

@@ -7,6 +7,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
@@ -14,20 +15,12 @@ $PostgreSQL::Test::Utils::timeout_default = 30;
 my $step_seconds = 2;
 my $n_instances  = 3;
 
-my $node = PostgreSQL::Test::Cluster->new('shutdown');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:$n_instances'
-gen_durable.poll_interval = '200ms'
-gen_durable.batch_size = 1
-max_worker_processes = 32
-fsync = off
-lc_messages = 'C'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'shutdown',
+	'gen_durable.queues'     => "default:$n_instances",
+	'gen_durable.batch_size' => 1,
+	max_worker_processes     => 32,
+);
 
 $node->safe_psql('postgres', qq{
 CREATE EXTENSION gen_durable;
@@ -65,8 +58,7 @@ SELECT count(*) FROM pg_stat_activity a JOIN gd.workers w USING (pid)
 sub check_completed
 {
 	my ($label, $ids) = @_;
-	ok( $node->poll_query_until('postgres', qq{
-SELECT count(*) FROM gd.instances WHERE id IN ($ids) AND status = 'done'}, $n_instances),
+	ok( GdTest::poll_done($node, $ids, $n_instances),
 		"$label: after restart the interrupted instances complete");
 	is( $node->safe_psql('postgres', qq{
 SELECT count(*) FROM (SELECT i.id FROM gd.instances i LEFT JOIN ledger l ON l.instance = i.id

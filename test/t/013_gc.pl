@@ -9,26 +9,18 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use Time::HiRes qw(time);
 
 # Every poll in this file is bounded well below the suite's timeout.
 $PostgreSQL::Test::Utils::timeout_default = 20;
 
-my $node = PostgreSQL::Test::Cluster->new('gc');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:2'
-gen_durable.poll_interval = '200ms'
-gen_durable.retention = '1s'
-gen_durable.gc_interval = '200ms'
-max_worker_processes = 16
-fsync = off
-lc_messages = 'C'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'gc',
+	'gen_durable.queues'      => 'default:2',
+	'gen_durable.retention'   => '1s',
+	'gen_durable.gc_interval' => '200ms',
+);
 
 # One handler for every FSM; each step leaves a ledger row (which the GC does
 # not touch) with the time it ran.

@@ -14,34 +14,21 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use IPC::Run;
 use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
-my $python = '/usr/bin/python3';
-my $examples = $ENV{GD_EXAMPLES} // "$ENV{TESTDIR}/../examples";
-my $worker_script = "$examples/gd_worker.py";
-plan skip_all => "no $worker_script" unless -f $worker_script;
-plan skip_all => 'python3-psycopg is not installed'
-  unless system($python, '-c', 'import psycopg') == 0;
+my ($python, $worker_script) = GdTest::external_worker();
 
 my $lease = 1.5;    # seconds: a dead worker's claim comes back this soon
 
-my $node = PostgreSQL::Test::Cluster->new('external');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:2'
-gen_durable.poll_interval = '200ms'
-gen_durable.reaper_interval = '200ms'
-max_worker_processes = 16
-fsync = off
-lc_messages = 'C'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'external',
+	'gen_durable.queues'          => 'default:2',
+	'gen_durable.reaper_interval' => '200ms',
+);
 
 $node->safe_psql('postgres', q{
 CREATE EXTENSION gen_durable;
@@ -119,8 +106,7 @@ sub all_done
 {
 	my ($ids, $label) = @_;
 	my $n = count_ids($ids);
-	ok($node->poll_query_until('postgres',
-			"SELECT count(*) FROM gd.instances WHERE id IN ($ids) AND status = 'done'", $n),
+	ok(GdTest::poll_done($node, $ids, $n),
 		"$label: all $n instances done")
 	  or diag $node->safe_psql('postgres',
 		"SELECT id, status, step, attempt, lease_owner, error FROM gd.instances WHERE id IN ($ids)");

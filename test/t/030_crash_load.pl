@@ -22,6 +22,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 40;
@@ -30,21 +31,12 @@ my $n     = 5000;
 my $steps = 3;
 my $total = $n * $steps;
 
-my $node = PostgreSQL::Test::Cluster->new('crash_load');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:3'
-gen_durable.poll_interval = '200ms'
-gen_durable.batch_size = 16
-max_worker_processes = 16
-restart_after_crash = on
-fsync = off
-lc_messages = 'C'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'crash_load',
+	'gen_durable.queues'     => 'default:3',
+	'gen_durable.batch_size' => 16,
+	restart_after_crash      => 'on',
+);
 
 $node->safe_psql('postgres', q{
 CREATE EXTENSION gen_durable;

@@ -21,38 +21,25 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use POSIX qw(WNOHANG);
 use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
-my $python = '/usr/bin/python3';
-my $examples = $ENV{GD_EXAMPLES} // "$ENV{TESTDIR}/../examples";
-my $worker_script = "$examples/gd_worker.py";
-plan skip_all => "no $worker_script" unless -f $worker_script;
-plan skip_all => 'python3-psycopg is not installed'
-  unless system($python, '-c', 'import psycopg') == 0;
+my ($python, $worker_script) = GdTest::external_worker();
 
 my $n       = 600;
 my $lease   = 1.5;    # seconds
 my $workers = 3;
 
-my $node = PostgreSQL::Test::Cluster->new('crash_external');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:2'
-gen_durable.poll_interval = '200ms'
-gen_durable.reaper_interval = '200ms'
-gen_durable.lease = '${lease}s'
-max_worker_processes = 16
-restart_after_crash = on
-fsync = off
-lc_messages = 'C'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'crash_external',
+	'gen_durable.queues'          => 'default:2',
+	'gen_durable.reaper_interval' => '200ms',
+	'gen_durable.lease'           => "${lease}s",
+	restart_after_crash           => 'on',
+);
 
 $node->safe_psql('postgres', q{
 CREATE EXTENSION gen_durable;

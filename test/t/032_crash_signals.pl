@@ -17,6 +17,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
@@ -25,21 +26,12 @@ my $n_parked  = 100;    # queue default: parked on 'go' before the signals
 my $n_fresh   = 50;    # queue fresh (paused): not started when signalled
 my $n_timed   = 20;     # parked on a 1 s timed wait across the downtime
 
-my $node = PostgreSQL::Test::Cluster->new('crash_signals');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'default:2, fresh:1'
-gen_durable.poll_interval = '200ms'
-gen_durable.reaper_interval = '200ms'
-gen_durable.batch_size = 4
-max_worker_processes = 16
-fsync = off
-lc_messages = 'C'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'crash_signals',
+	'gen_durable.queues'          => 'default:2, fresh:1',
+	'gen_durable.reaper_interval' => '200ms',
+	'gen_durable.batch_size'      => 4,
+);
 
 # start -> (wait 'go') -> second -> (wait 'more') -> finish -> done;
 # a timed wait that times out ends at 'second'.

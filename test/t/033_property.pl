@@ -29,6 +29,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use POSIX qw(WNOHANG);
 use Time::HiRes qw(time usleep);
 
@@ -40,25 +41,17 @@ my $calls_per_session = 700;
 note("GD_PROPERTY_SEED=$seed ($sessions sessions x $calls_per_session calls)");
 srand($seed);
 
-my $node = PostgreSQL::Test::Cluster->new('property');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'pa:2'
-gen_durable.poll_interval = '100ms'
-gen_durable.reaper_interval = '100ms'
-gen_durable.lease = '1s'
-gen_durable.batch_size = 4
-max_worker_processes = 16
-max_connections = 40
-fsync = off
-lc_messages = 'C'
-log_statement = 'none'
-log_min_error_statement = 'panic'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'property',
+	'gen_durable.queues'          => 'pa:2',
+	'gen_durable.poll_interval'   => '100ms',
+	'gen_durable.reaper_interval' => '100ms',
+	'gen_durable.lease'           => '1s',
+	'gen_durable.batch_size'      => 4,
+	max_connections               => 40,
+	log_statement                 => 'none',
+	log_min_error_statement       => 'panic',
+);
 
 $node->safe_psql('postgres', q{
 CREATE EXTENSION gen_durable;

@@ -15,23 +15,16 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use GdTest;
 use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
-my $node = PostgreSQL::Test::Cluster->new('poison');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'gen_durable'
-gen_durable.database = 'postgres'
-gen_durable.queues = 'vanish:1, huge:1'
-gen_durable.poll_interval = '100ms'
-max_worker_processes = 16
-fsync = off
-lc_messages = 'C'
-});
-$node->start;
+my $node = GdTest::start_node(
+	'poison',
+	'gen_durable.queues'        => 'vanish:1, huge:1',
+	'gen_durable.poll_interval' => '100ms',
+);
 
 $node->safe_psql('postgres', q{
 CREATE EXTENSION gen_durable;
@@ -53,7 +46,7 @@ SELECT gd_define_step('h', 'a', 'work(jsonb, gd.context)'::regprocedure);
 sub count_done
 {
 	my ($ids) = @_;
-	return $node->safe_psql('postgres', "SELECT count(*) FROM gd.instances WHERE id IN ($ids) AND status = 'done'");
+	return $node->safe_psql('postgres', GdTest::done_query($ids));
 }
 
 # Poll up to $seconds for all of $ids to be done; returns how many are.

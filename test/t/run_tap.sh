@@ -21,6 +21,7 @@ for a in "$@"; do
     names+=("t/$n.pl")
 done
 ((${#names[@]})) || { echo "usage: $0 NAME..." >&2; exit 2; }
+cp "$ROOT"/test/t/*.pm "$WORK/t/"   # shared helpers (GdTest.pm), on PERL5LIB
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
 cp -r "$ROOT/examples" "$WORK/examples"
 [[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
@@ -30,7 +31,7 @@ port=$(gd_free_port 5670)
 set +e
 gd_as_pg env TESTDIR="$WORK/tap" PATH="$GD_PG_BINDIR:$PATH" PGPORT="$port" \
     PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
-    PERL5LIB="$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
+    PERL5LIB="$WORK/t:$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
     perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${names[@]}"
 rc=$?
 set -e

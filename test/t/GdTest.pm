@@ -1,0 +1,94 @@
+# GdTest: the setup the gen_durable TAP files (test/t/*.pl) share, and
+# nothing else: a started node with gen_durable preloaded and the usual
+# gen_durable.* settings, the reference external worker's prerequisites
+# (skip_all when missing), and the "are these instances done" query/poll.
+# check.sh and run_tap.sh copy this file next to the .pl files and put that
+# directory on PERL5LIB.
+package GdTest;
+
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use Test::More;
+
+# The settings every test node starts from, in postgresql.conf order.
+# (fsync = off is also Cluster.pm's own default; lc_messages = 'C' keeps the
+# server's messages matchable.)
+my @DEFAULT_CONF = (
+	shared_preload_libraries  => 'gen_durable',
+	'gen_durable.database'    => 'postgres',
+	'gen_durable.queues'      => 'default:1',
+	'gen_durable.poll_interval' => '200ms',
+	max_worker_processes      => 16,
+	fsync                     => 'off',
+	lc_messages               => 'C',
+);
+
+# start_node($name, %settings): init, configure and start a node.
+# %settings override the defaults above (a value of undef drops a default)
+# or add settings (written after the defaults, in sorted order); every value
+# is written single-quoted.  The key '-init' (a hash ref) is passed to
+# $node->init, e.g. '-init' => { allows_streaming => 1 }.
+sub start_node
+{
+	my ($name, %settings) = @_;
+	my $init = delete $settings{'-init'} // {};
+
+	my @order;
+	my %conf;
+	for (my $i = 0; $i < @DEFAULT_CONF; $i += 2)
+	{
+		push @order, $DEFAULT_CONF[$i];
+		$conf{ $DEFAULT_CONF[$i] } = $DEFAULT_CONF[ $i + 1 ];
+	}
+	for my $k (sort keys %settings)
+	{
+		push @order, $k unless exists $conf{$k};
+		$conf{$k} = $settings{$k};
+	}
+
+	my $text = "\n";
+	for my $k (@order)
+	{
+		next unless defined $conf{$k};
+		(my $v = $conf{$k}) =~ s/'/''/g;
+		$text .= "$k = '$v'\n";
+	}
+
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%$init);
+	$node->append_conf('postgresql.conf', $text);
+	$node->start;
+	return $node;
+}
+
+# external_worker(): ($python, $worker_script) for the reference external
+# worker (examples/gd_worker.py); skips the whole file when the script or
+# python3-psycopg is missing.
+sub external_worker
+{
+	my $python        = '/usr/bin/python3';
+	my $examples      = $ENV{GD_EXAMPLES} // "$ENV{TESTDIR}/../examples";
+	my $worker_script = "$examples/gd_worker.py";
+	plan skip_all => "no $worker_script" unless -f $worker_script;
+	plan skip_all => 'python3-psycopg is not installed'
+	  unless system($python, '-c', 'import psycopg') == 0;
+	return ($python, $worker_script);
+}
+
+# done_query($ids): how many of the instances $ids (a comma list) are done.
+sub done_query
+{
+	my ($ids) = @_;
+	return "SELECT count(*) FROM gd.instances WHERE id IN ($ids) AND status = 'done'";
+}
+
+# poll_done($node, $ids, $n): true once $n of the instances $ids are done
+# (within PostgreSQL::Test::Utils::timeout_default).
+sub poll_done
+{
+	my ($node, $ids, $n) = @_;
+	return $node->poll_query_until('postgres', done_query($ids), $n);
+}
+
+1;
