@@ -46,11 +46,12 @@ CREATE TABLE t.ledger (
     at timestamptz DEFAULT clock_timestamp()
 );
 
--- The executors of gen_durable.queues ('default:2, mail:1') are up and serving.
+-- The executors of gen_durable.queues ('default:2, mail:1'), the reaper and the
+-- collector are up and serving.
 DO $$
 BEGIN
     FOR i IN 1..100 LOOP
-        EXIT WHEN (SELECT count(*) FROM gd.workers WHERE kind = 'executor' AND database = current_database()) = 3;
+        EXIT WHEN (SELECT count(*) FROM gd.workers WHERE database = current_database()) = 5;
         PERFORM pg_sleep(0.1);
     END LOOP;
 END $$;
