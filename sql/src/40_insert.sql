@@ -12,7 +12,7 @@ RETURNS bigint LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     fsm_row gd.fsms;
-    step_row gd.steps;
+    step_external boolean;   -- the first step has no handler
     new_id bigint;
     occupant bigint;
     first_step text;
@@ -26,8 +26,12 @@ BEGIN
                                         fsm, coalesce(state::text, 'NULL')));
     END IF;
     first_step := coalesce(step, fsm_row.initial_step);
-    step_row := gd._step(fsm_row.name, fsm_row.version, first_step);
-    queue := gd._known_queue(coalesce(queue, fsm_row.queue));
+    step_external := (gd._step(fsm_row.name, fsm_row.version, first_step)).handler IS NULL;
+    IF queue IS NULL THEN
+        queue := fsm_row.queue;   -- registered when the FSM was defined
+    ELSIF queue <> fsm_row.queue THEN
+        queue := gd._known_queue(queue);
+    END IF;
     IF priority IS NULL THEN
         PERFORM gd._bad_argument('priority must not be NULL');
     END IF;
@@ -37,9 +41,12 @@ BEGIN
     IF eligible_at IS NOT NULL AND schedule_in IS NOT NULL THEN
         PERFORM gd._bad_argument('give eligible_at or schedule_in, not both');
     END IF;
-    run_at := coalesce(eligible_at, clock_timestamp() + gd._check_interval(schedule_in, 'schedule_in'), now());
+    run_at := coalesce(eligible_at, now());
+    IF schedule_in IS NOT NULL THEN
+        run_at := clock_timestamp() + gd._check_interval(schedule_in, 'schedule_in');
+    END IF;
     IF correlation_scope IS NULL THEN
-        correlation_scope := gd._live_statuses();
+        correlation_scope := '{runnable,executing,awaiting_signal,awaiting_children}';   -- gd._live_statuses()
     ELSIF array_position(correlation_scope, NULL) IS NOT NULL
        OR NOT correlation_scope <@ (gd._live_statuses() || gd._terminal_statuses()) THEN
         PERFORM gd._bad_argument(format('correlation_scope %s holds an unknown status', correlation_scope),
@@ -51,20 +58,23 @@ BEGIN
     IF correlation_key = '' THEN
         PERFORM gd._bad_argument('correlation_key must not be empty');
     END IF;
-    PERFORM gd._check_length(correlation_key, 'correlation_key'), gd._check_length(concurrency_key, 'concurrency_key'),
-            gd._check_length(rate_limit, 'rate_limit');
-    PERFORM gd._check_rate_limit(rate_limit, weight);
-    IF concurrency_key IS NOT NULL AND (concurrency_key = '' OR split_part(concurrency_key, ':', 1) = '') THEN
-        PERFORM gd._bad_argument(format('concurrency_key must be name or name:partition, got %L', concurrency_key));
+    must_wait := false;
+    IF correlation_key IS NOT NULL OR concurrency_key IS NOT NULL OR rate_limit IS NOT NULL THEN
+        PERFORM gd._check_length(correlation_key, 'correlation_key'),
+                gd._check_length(concurrency_key, 'concurrency_key'), gd._check_length(rate_limit, 'rate_limit');
+        PERFORM gd._check_rate_limit(rate_limit, weight);
+        IF concurrency_key IS NOT NULL AND (concurrency_key = '' OR split_part(concurrency_key, ':', 1) = '') THEN
+            PERFORM gd._bad_argument(format('concurrency_key must be name or name:partition, got %L', concurrency_key));
+        END IF;
+        must_wait := gd._must_gate(concurrency_key);
     END IF;
-    must_wait := gd._must_gate(concurrency_key);
 
     LOOP
         INSERT INTO gd.instances AS i (fsm, version, step, state, queue, external, priority, concurrency_key, gated,
                                        correlation_key, correlation_scope, rate_limit, weight, eligible_at,
                                        parent_id)
         VALUES (fsm_row.name, fsm_row.version, first_step, fsm_row.state_defaults || state, queue,
-                step_row.handler IS NULL, priority, concurrency_key, must_wait, correlation_key, correlation_scope,
+                step_external, priority, concurrency_key, must_wait, correlation_key, correlation_scope,
                 rate_limit, weight, run_at, parent_id)
         ON CONFLICT (correlation_key) WHERE correlation_held DO NOTHING
         RETURNING i.id INTO new_id;
