@@ -1,10 +1,10 @@
 /*
- * claims.cpp — the C++ half of external workers: applying a claimed step's
- * outcome (gd_complete) and reclaiming expired leases (the reaper's
- * gd._reclaim_leases).  Both go through the executor's own transition path
- * (gd_outcome_transition, gd_retry_transition, gd_apply_transition), so an
- * external step ends exactly as an in-database step with the same outcome
- * would, and the UPDATE clears the lease.
+ * claims.cpp — the C++ half of external workers: applying claimed steps'
+ * outcomes (gd_complete, gd_complete_all) and reclaiming expired leases (the
+ * reaper's gd._reclaim_leases).  Both go through the executor's own
+ * transition path (gd_outcome_transition, gd_retry_transition, the batched
+ * UPDATE), so an external step ends exactly as an in-database step with the
+ * same outcome would, and the UPDATE clears the lease.
  *
  * A claim is owned by its lease token.  Both functions lock the row with
  * the token still in place (FOR UPDATE re-checks a row changed by a
@@ -23,24 +23,23 @@ extern "C" {
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/tuplestore.h"
 }
 
 namespace {
 
 /* The claimed rows' columns, as read by both plans below: gd_read_instance's, then queue and lease owner. */
-constexpr const char *CLAIMED_COLUMNS =
-    "SELECT " GD_INSTANCE_COLUMNS ", i.queue, i.lease_owner"
-    "  FROM gd.instances i";
+#define CLAIMED_COLUMNS GD_INSTANCE_COLUMNS ", i.queue, i.lease_owner"
 
+/* The claims among ($1 ids, $2 tokens) their tokens still own, locked in id order (then input order). */
 SPIPlanPtr owned_plan = nullptr;
 SPIPlanPtr expired_plan = nullptr;
-
-SPIPlanPtr prepare_claimed(const char *where, int nargs, Oid *types)
-{
-    return gd_prepare_kept(psprintf("%s %s", CLAIMED_COLUMNS, where), nargs, types);
-}
+/* The completions' plain transitions, written together. */
+TransitionBatch completions;
 
 /* One claimed row, in the memory of the SPI connection that read it. */
 struct ClaimedRow {
@@ -103,11 +102,115 @@ void reclaim(const ClaimedRow &claimed)
     pg_unreachable();
 }
 
+[[noreturn]] void missing_outcome(int64 id)
+{
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("gen_durable: gd_complete of instance " INT64_FORMAT " needs an outcome, got NULL", id),
+                    errhint("Build it with gd_next, gd_retry, gd_wait_signal, gd_spawn, gd_done or gd_stop.")));
+    pg_unreachable();
+}
+
+/* A claim to complete, as the caller named it. */
+struct Completion {
+    int64 id;
+    int64 token;
+    HeapTupleHeader outcome;
+    bool completed; /* set by complete_claims */
+};
+
+/* Apply one owned claim's outcome; its transition joins the completions' batch. */
+void complete_claim(const ClaimedRow &claimed, HeapTupleHeader outcome)
+{
+    const PickedInstance &row = claimed.row;
+    const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
+    Transition t{};
+    if (found == nullptr) {
+        t = undefined_step_transition(row);
+    } else {
+        const StepDefinition def = *found; /* the cache may be emptied by what follows */
+        t = gd_outcome_transition(row, def, outcome);
+    }
+    gd_prepare_transition(row.id, t);
+    gd_write_transition_batched(completions, row.id, t);
+    if (strcmp(t.status, "runnable") == 0 && !t.external)
+        gd_wake_queue_at_commit(claimed.queue); /* an in-database step is next */
+}
+
+/*
+ * Complete the claims still owned by their tokens, in one lock and one UPDATE
+ * (plain transitions); the others' outcomes are dropped as stale.  A claim
+ * named twice completes once.  A bad outcome raises and changes nothing.
+ */
+void complete_claims(Completion *claims, int n)
+{
+    Datum *ids = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+    Datum *tokens = static_cast<Datum *>(palloc(sizeof(Datum) * n));
+    for (int k = 0; k < n; k++) {
+        ids[k] = Int64GetDatum(claims[k].id);
+        tokens[k] = Int64GetDatum(claims[k].token);
+        claims[k].completed = false;
+    }
+    SPI_connect();
+    if (owned_plan == nullptr) {
+        Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
+        owned_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS ", c.ord::int"
+                                     "  FROM unnest($1, $2) WITH ORDINALITY AS c(id, token, ord)"
+                                     "  JOIN gd.instances i ON i.id = c.id AND i.lease_token = c.token"
+                                     " WHERE i.status = 'executing'"
+                                     " ORDER BY i.id, c.ord FOR UPDATE OF i",
+                                     2, types);
+    }
+    Datum args[2] = {PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)),
+                     PointerGetDatum(construct_array(tokens, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE))};
+    if (SPI_execute_plan(owned_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: looking up %d claim%s failed", n, n == 1 ? "" : "s");
+    SPITupleTable *owned = SPI_tuptable; /* kept: the transitions run statements of their own */
+    uint64 owned_count = SPI_processed;
+    gd_begin_transitions(completions, "executing");
+    int64 previous_id = 0;
+    for (uint64 r = 0; r < owned_count; r++) {
+        ClaimedRow claimed = read_claimed(owned->vals[r], owned->tupdesc);
+        if (claimed.row.id == previous_id)
+            continue; /* named again: the first naming completed it */
+        previous_id = claimed.row.id;
+        bool isnull;
+        int k = DatumGetInt32(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 3, &isnull)) - 1;
+        complete_claim(claimed, claims[k].outcome);
+        claims[k].completed = true;
+    }
+    gd_flush_transitions(completions);
+    gd_release_concurrency_keys();
+    SPI_finish();
+
+    for (int k = 0; k < n; k++)
+        if (!claims[k].completed) {
+            gd_count(StatEvent::outcome_stale);
+            ereport(LOG, (errmsg("gen_durable: dropped a stale outcome for instance " INT64_FORMAT
+                                 ": lease token " INT64_FORMAT " no longer owns it",
+                                 claims[k].id, claims[k].token)));
+        }
+}
+
+/* The elements of a one-dimensional bigint or gd.outcome array argument (NULL elements flagged). */
+int array_argument(ArrayType *array, Oid element_type, Datum **elements, bool **nulls, const char *what)
+{
+    if (ARR_NDIM(array) > 1)
+        bad_argument(psprintf("%s must be a one-dimensional array", what));
+    int16 length;
+    bool by_value;
+    char align;
+    get_typlenbyvalalign(element_type, &length, &by_value, &align);
+    int count;
+    deconstruct_array(array, element_type, length, by_value, align, elements, nulls, &count);
+    return count;
+}
+
 } // namespace
 
 extern "C" {
 
 PG_FUNCTION_INFO_V1(gd_complete);
+PG_FUNCTION_INFO_V1(gd_complete_all);
 PG_FUNCTION_INFO_V1(gd_reclaim_leases);
 
 /*
@@ -120,46 +223,53 @@ Datum gd_complete(PG_FUNCTION_ARGS)
 {
     if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
         bad_argument("a claim is named by an instance id and its lease token, got NULL");
-    int64 id = PG_GETARG_INT64(0);
-    int64 token = PG_GETARG_INT64(1);
+    Completion claim{PG_GETARG_INT64(0), PG_GETARG_INT64(1), nullptr, false};
     if (PG_ARGISNULL(2))
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("gen_durable: gd_complete of instance " INT64_FORMAT " needs an outcome, got NULL", id),
-                        errhint("Build it with gd_next, gd_retry, gd_wait_signal, gd_spawn, gd_done or gd_stop.")));
-    HeapTupleHeader outcome = PG_GETARG_HEAPTUPLEHEADER(2);
+        missing_outcome(claim.id);
+    claim.outcome = PG_GETARG_HEAPTUPLEHEADER(2);
+    complete_claims(&claim, 1);
+    PG_RETURN_BOOL(claim.completed);
+}
 
-    SPI_connect();
-    if (owned_plan == nullptr) {
-        Oid types[2] = {INT8OID, INT8OID};
-        owned_plan = prepare_claimed("WHERE i.id = $1 AND i.lease_token = $2 AND i.status = 'executing' FOR UPDATE",
-                                  2, types);
+/*
+ * gd_complete_all(ids bigint[], lease_tokens bigint[], outcomes gd.outcome[])
+ * → TABLE(id bigint, completed boolean): gd_complete for each position of
+ * the three arrays, in one statement; one row per position, in order.
+ */
+Datum gd_complete_all(PG_FUNCTION_ARGS)
+{
+    if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+        bad_argument("gd_complete_all takes arrays of ids, lease tokens and outcomes, got NULL");
+    Datum *ids, *tokens, *outcomes;
+    bool *id_nulls, *token_nulls, *outcome_nulls;
+    int n = array_argument(PG_GETARG_ARRAYTYPE_P(0), INT8OID, &ids, &id_nulls, "ids");
+    int token_count = array_argument(PG_GETARG_ARRAYTYPE_P(1), INT8OID, &tokens, &token_nulls, "lease_tokens");
+    ArrayType *outcome_array = PG_GETARG_ARRAYTYPE_P(2);
+    int outcome_count = array_argument(outcome_array, ARR_ELEMTYPE(outcome_array), &outcomes, &outcome_nulls,
+                                       "outcomes");
+    if (token_count != n || outcome_count != n)
+        bad_argument(psprintf("ids, lease_tokens and outcomes must be as long as each other, got %d, %d and %d",
+                              n, token_count, outcome_count));
+    Completion *claims = static_cast<Completion *>(palloc(sizeof(Completion) * Max(n, 1)));
+    for (int k = 0; k < n; k++) {
+        if (id_nulls[k] || token_nulls[k])
+            bad_argument("a claim is named by an instance id and its lease token, got NULL");
+        claims[k] = Completion{DatumGetInt64(ids[k]), DatumGetInt64(tokens[k]), nullptr, false};
+        if (outcome_nulls[k])
+            missing_outcome(claims[k].id);
+        claims[k].outcome = DatumGetHeapTupleHeader(outcomes[k]);
     }
-    Datum args[2] = {Int64GetDatum(id), Int64GetDatum(token)};
-    if (SPI_execute_plan(owned_plan, args, nullptr, false, 1) != SPI_OK_SELECT)
-        elog(ERROR, "gen_durable: looking up the claim of instance " INT64_FORMAT " failed", id);
-    if (SPI_processed == 0) {
-        /* A stale outcome: dropped. */
-        gd_count(StatEvent::outcome_stale);
-        ereport(LOG, (errmsg("gen_durable: dropped a stale outcome for instance " INT64_FORMAT
-                             ": lease token " INT64_FORMAT " no longer owns it", id, token)));
-        SPI_finish();
-        PG_RETURN_BOOL(false);
+    if (n > 0)
+        complete_claims(claims, n);
+
+    ReturnSetInfo *result_info = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+    InitMaterializedSRF(fcinfo, 0);
+    for (int k = 0; k < n; k++) {
+        Datum values[2] = {Int64GetDatum(claims[k].id), BoolGetDatum(claims[k].completed)};
+        bool nulls[2] = {false, false};
+        tuplestore_putvalues(result_info->setResult, result_info->setDesc, values, nulls);
     }
-    ClaimedRow claimed = read_claimed(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
-    const PickedInstance &row = claimed.row;
-    const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
-    Transition t{};
-    if (found == nullptr) {
-        t = undefined_step_transition(row);
-    } else {
-        const StepDefinition def = *found; /* the cache may be emptied by what follows */
-        t = gd_outcome_transition(row, def, outcome);
-    }
-    gd_apply_transition(id, t);
-    if (strcmp(t.status, "runnable") == 0 && !t.external)
-        gd_wake_queue_at_commit(claimed.queue); /* an in-database step is next */
-    SPI_finish();
-    PG_RETURN_BOOL(true);
+    return static_cast<Datum>(0);
 }
 
 /* gd._reclaim_leases(batch int) → int: reclaim up to batch expired leases. */
@@ -171,9 +281,11 @@ Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
     SPI_connect();
     if (expired_plan == nullptr) {
         Oid types[1] = {INT4OID};
-        expired_plan = prepare_claimed("WHERE i.status = 'executing' AND i.lease_expires_at < now()"
-                                    " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
-                                    1, types);
+        expired_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS
+                                       "  FROM gd.instances i"
+                                       " WHERE i.status = 'executing' AND i.lease_expires_at < now()"
+                                       " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
+                                       1, types);
     }
     Datum args[1] = {Int32GetDatum(batch)};
     if (SPI_execute_plan(expired_plan, args, nullptr, false, 0) != SPI_OK_SELECT)

@@ -76,7 +76,7 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
 {
     if (load_plan == nullptr) {
         Oid types[3] = {TEXTOID, INT4OID, TEXTOID};
-        load_plan = SPI_prepare("SELECT s.handler::oid, f.owner::oid, s.max_attempts,"
+        load_plan = gd_prepare_kept("SELECT s.handler::oid, f.owner::oid, s.max_attempts,"
                                 /* clamped to 100 years: longer means never, and must not overflow */
                                 "       (least(extract(epoch FROM s.backoff), 3162240000) * 1000000)::int8,"
                                 "       (least(extract(epoch FROM s.max_backoff), 3162240000) * 1000000)::int8,"
@@ -85,9 +85,6 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
                                 "  FROM gd.steps s JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version"
                                 " WHERE s.fsm = $1 AND s.version = $2 AND s.step = $3",
                                 3, types);
-        if (load_plan == nullptr)
-            elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-        SPI_keepplan(load_plan);
     }
     if (fsms_relid == InvalidOid) {
         Oid gd_namespace = get_namespace_oid("gd", false);

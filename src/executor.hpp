@@ -103,14 +103,24 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
 void gd_prepare_transition(int64 id, Transition &t);
 void gd_write_transition(int64 id, const Transition &t);
 /*
- * The same, deferred: an executor round collects its steps' plain
- * transitions (next, retry, done, failed) and writes them in one UPDATE at
- * gd_flush_transitions, which saves setting up an UPDATE (its indexes,
- * constraints and triggers) per step.  The rows are the round's, locked
- * since the pick.
+ * The same, deferred: an executor round (or a gd_complete_all call) collects
+ * its plain transitions (next, retry, done, failed) and writes them in one
+ * UPDATE at gd_flush_transitions, which saves setting up an UPDATE (its
+ * indexes, constraints and triggers) per step.  The rows are the caller's,
+ * locked since the pick or claim; a row no longer in `locked_status` (a
+ * handler of the round ended its own instance, say) keeps what it has.
+ * Callers own one batch each, start it with gd_begin_transitions, and flush
+ * before their SPI connection ends.
  */
-void gd_write_transition_batched(int64 id, const Transition &t);
-void gd_flush_transitions();
+struct TransitionBatch {
+    const char *locked_status; /* the status the rows were locked in */
+    int count;
+    int64 ids[GD_MAX_BATCH];
+    Transition items[GD_MAX_BATCH];
+};
+void gd_begin_transitions(TransitionBatch &batch, const char *locked_status);
+void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transition &t);
+void gd_flush_transitions(TransitionBatch &batch);
 /* Both halves, for callers without a subtransaction (external completions). */
 void gd_apply_transition(int64 id, Transition t);
 /*

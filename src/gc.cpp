@@ -20,10 +20,7 @@ long gd_gc_round(const char *database)
 {
     if (gc_plan == nullptr) {
         Oid types[2] = {INT4OID, INT4OID};
-        gc_plan = SPI_prepare("SELECT gd._gc(make_interval(secs => $1), $2)", 2, types);
-        if (gc_plan == nullptr)
-            elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-        SPI_keepplan(gc_plan);
+        gc_plan = gd_prepare_kept("SELECT gd._gc(make_interval(secs => $1), $2)", 2, types);
     }
     Datum args[2] = {Int32GetDatum(gd_retention_s), Int32GetDatum(GC_BATCH)};
     if (SPI_execute_plan(gc_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)

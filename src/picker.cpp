@@ -32,7 +32,8 @@ char *copy_text(HeapTuple tuple, TupleDesc desc, int column)
 
 SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
 {
-    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+    /* Generic: our statements' best plans do not depend on their parameters, and planning per call costs. */
+    SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
     if (plan == nullptr)
         elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
     SPI_keepplan(plan);

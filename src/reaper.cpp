@@ -20,10 +20,7 @@ SPIPlanPtr reap_plan = nullptr;
 long gd_reaper_round()
 {
     if (reap_plan == nullptr) {
-        reap_plan = SPI_prepare("SELECT gd._reap()", 0, nullptr);
-        if (reap_plan == nullptr)
-            elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-        SPI_keepplan(reap_plan);
+        reap_plan = gd_prepare_kept("SELECT gd._reap()", 0, nullptr);
     }
     if (SPI_execute_plan(reap_plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: gd._reap() failed");

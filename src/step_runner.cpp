@@ -36,6 +36,8 @@ constexpr int CONTEXT_COLUMNS = 10;
 
 /* The rows of the batch in hand: a global, so an ERROR's longjmp skips no destructor. */
 boost::container::static_vector<PickedInstance, GD_MAX_BATCH> batch;
+/* Their plain transitions, written together at the end of the round. */
+TransitionBatch round_transitions;
 
 Oid context_type = InvalidOid;
 TupleDesc context_desc = nullptr;
@@ -183,7 +185,7 @@ bool run_step(const PickedInstance &row, const char *queue)
     }
     PG_END_TRY();
     t.duration_us = GetCurrentTimestamp() - started;
-    gd_write_transition_batched(row.id, t); /* in the round's transaction: see executor.hpp */
+    gd_write_transition_batched(round_transitions, row.id, t); /* in the round's transaction: see executor.hpp */
     return true;
 }
 
@@ -193,6 +195,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
 {
     MemoryContext batch_context = CurrentMemoryContext;
     prepare_context_type();
+    gd_begin_transitions(round_transitions, "runnable");
     batch.resize(Min(limit, GD_MAX_BATCH));
     int count = gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context);
     gd_count(StatEvent::pick);
@@ -207,7 +210,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
             ran++;
         CHECK_FOR_INTERRUPTS();
     }
-    gd_flush_transitions();
+    gd_flush_transitions(round_transitions);
     gd_release_concurrency_keys();
     batch.clear();
     return ran;

@@ -34,10 +34,6 @@ SPIPlanPtr spawn_plan = nullptr;
 SPIPlanPtr resume_parent_plan = nullptr;
 SPIPlanPtr ungate_plan = nullptr;
 
-/* Transitions of a round waiting to be written together (plain ones only). */
-int64 batched_ids[GD_MAX_BATCH];
-Transition batched[GD_MAX_BATCH];
-int batched_count = 0;
 SPIPlanPtr batch_update_plan = nullptr;
 /* Keys whose holders stopped running in this transaction (strings live as long as the rows). */
 const char *keys_to_release[GD_MAX_BATCH];
@@ -46,7 +42,6 @@ int keys_to_release_count = 0;
 void forget_keys_at_transaction_end(XactEvent, void *)
 {
     keys_to_release_count = 0; /* an aborted runner leaves pointers to freed rows behind */
-    batched_count = 0;
 }
 
 int compare_keys(const void *a, const void *b)
@@ -296,13 +291,13 @@ void after_transition(int64 id, const Transition &t)
 }
 
 
-Datum array_of(Datum *values, bool *nulls, Oid type)
+Datum array_of(Datum *values, bool *nulls, int count, Oid type)
 {
     int16 length;
     bool by_value;
     char align;
     get_typlenbyvalalign(type, &length, &by_value, &align);
-    int dims[1] = {batched_count};
+    int dims[1] = {count};
     int lower_bounds[1] = {1};
     return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lower_bounds, type, length, by_value, align));
 }
@@ -332,26 +327,32 @@ void gd_write_transition(int64 id, const Transition &t)
     after_transition(id, t);
 }
 
-void gd_write_transition_batched(int64 id, const Transition &t)
+void gd_begin_transitions(TransitionBatch &batch, const char *locked_status)
+{
+    batch.locked_status = locked_status;
+    batch.count = 0; /* an aborted caller may have left entries pointing to freed memory */
+}
+
+void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transition &t)
 {
     bool plain = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0;
-    if (!plain || batched_count >= GD_MAX_BATCH) {
+    if (!plain || batch.count >= GD_MAX_BATCH) {
         gd_write_transition(id, t);
         return;
     }
-    batched_ids[batched_count] = id;
-    batched[batched_count] = t;
-    batched_count++;
+    batch.ids[batch.count] = id;
+    batch.items[batch.count] = t;
+    batch.count++;
 }
 
-void gd_flush_transitions()
+void gd_flush_transitions(TransitionBatch &batch)
 {
-    if (batched_count == 0)
+    if (batch.count == 0)
         return;
     prepare_plans();
     if (batch_update_plan == nullptr) {
-        Oid types[10] = {INT8ARRAYOID, TEXTARRAYOID,        TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
-                         TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, BOOLARRAYOID, BOOLARRAYOID};
+        Oid types[11] = {INT8ARRAYOID, TEXTARRAYOID,        TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
+                         TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, BOOLARRAYOID, BOOLARRAYOID, TEXTOID};
         batch_update_plan = gd_prepare_kept(
             "UPDATE gd.instances i SET status = t.status, step = t.step, state = coalesce(t.state, i.state),"
             "       attempt = t.attempt, eligible_at = t.eligible_at, result = t.result, error = t.error,"
@@ -361,19 +362,18 @@ void gd_flush_transitions()
             "       finished_at = CASE WHEN t.status IN ('done', 'failed', 'cancelled') THEN clock_timestamp() END"
             "  FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
             "       AS t(id, status, step, state, attempt, eligible_at, result, error, external, keep_resume)"
-            /* a handler of this round may have ended the instance meanwhile (gd_cancel): that wins */
-            " WHERE i.id = t.id AND i.status = 'runnable'"
+            " WHERE i.id = t.id AND i.status = $11"
             " RETURNING i.id",
-            10, types);
+            11, types);
     }
-    int n = batched_count;
+    int n = batch.count;
     Datum ids[GD_MAX_BATCH], statuses[GD_MAX_BATCH], steps[GD_MAX_BATCH], states[GD_MAX_BATCH],
         attempts[GD_MAX_BATCH], eligible[GD_MAX_BATCH], results[GD_MAX_BATCH], errors[GD_MAX_BATCH],
         externals[GD_MAX_BATCH], keeps[GD_MAX_BATCH];
     bool state_nulls[GD_MAX_BATCH], result_nulls[GD_MAX_BATCH], error_nulls[GD_MAX_BATCH];
     for (int i = 0; i < n; i++) {
-        const Transition &t = batched[i];
-        ids[i] = Int64GetDatum(batched_ids[i]);
+        const Transition &t = batch.items[i];
+        ids[i] = Int64GetDatum(batch.ids[i]);
         statuses[i] = CStringGetTextDatum(t.status);
         steps[i] = CStringGetTextDatum(t.step);
         states[i] = t.state;
@@ -387,12 +387,13 @@ void gd_flush_transitions()
         externals[i] = BoolGetDatum(t.external);
         keeps[i] = BoolGetDatum(t.keep_resume);
     }
-    Datum args[10] = {array_of(ids, nullptr, INT8OID),          array_of(statuses, nullptr, TEXTOID),
-                      array_of(steps, nullptr, TEXTOID),        array_of(states, state_nulls, JSONBOID),
-                      array_of(attempts, nullptr, INT4OID),     array_of(eligible, nullptr, TIMESTAMPTZOID),
-                      array_of(results, result_nulls, JSONBOID), array_of(errors, error_nulls, JSONBOID),
-                      array_of(externals, nullptr, BOOLOID),    array_of(keeps, nullptr, BOOLOID)};
-    batched_count = 0; /* before anything can fail: the round is rolled back then */
+    Datum args[11] = {array_of(ids, nullptr, n, INT8OID),          array_of(statuses, nullptr, n, TEXTOID),
+                      array_of(steps, nullptr, n, TEXTOID),        array_of(states, state_nulls, n, JSONBOID),
+                      array_of(attempts, nullptr, n, INT4OID),     array_of(eligible, nullptr, n, TIMESTAMPTZOID),
+                      array_of(results, result_nulls, n, JSONBOID), array_of(errors, error_nulls, n, JSONBOID),
+                      array_of(externals, nullptr, n, BOOLOID),    array_of(keeps, nullptr, n, BOOLOID),
+                      CStringGetTextDatum(batch.locked_status)};
+    batch.count = 0; /* before anything can fail: the caller's transaction is rolled back then */
     if (SPI_execute_plan(batch_update_plan, args, nullptr, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transitions of %d instances", n);
     SPITupleTable *written = SPI_tuptable;
@@ -400,8 +401,8 @@ void gd_flush_transitions()
     for (int i = 0; i < n; i++)
         for (uint64 w = 0; w < written_count; w++) {
             bool isnull;
-            if (DatumGetInt64(SPI_getbinval(written->vals[w], written->tupdesc, 1, &isnull)) == batched_ids[i]) {
-                after_transition(batched_ids[i], batched[i]);
+            if (DatumGetInt64(SPI_getbinval(written->vals[w], written->tupdesc, 1, &isnull)) == batch.ids[i]) {
+                after_transition(batch.ids[i], batch.items[i]);
                 break;
             }
         }

@@ -168,6 +168,13 @@ END $$;
 CREATE FUNCTION @extschema@.gd_complete(id bigint, lease_token bigint, outcome gd.outcome)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_complete';
 
+-- gd_complete for a batch: position k of the three arrays is one claim and
+-- its outcome.  One row per position, in order; completed is false where
+-- the outcome was dropped as stale.  All in one lock and one UPDATE; a bad
+-- outcome anywhere raises and completes none.
+CREATE FUNCTION @extschema@.gd_complete_all(ids bigint[], lease_tokens bigint[], outcomes gd.outcome[])
+RETURNS TABLE (id bigint, completed boolean) LANGUAGE c AS 'MODULE_PATHNAME', 'gd_complete_all';
+
 -- ---------------------------------------------------------------------------
 -- The reaper's part
 -- ---------------------------------------------------------------------------

@@ -177,8 +177,38 @@ SELECT gd._expire_leases() = least(
        AS next_due;
 COMMIT;
 
--- Counted: 4 stale outcomes dropped (b twice completed, rel after release
--- and after cancel, lost1 after reclaim), 2 leases reaped, 1 claim released.
+-- gd_complete_all: a batch of completions in one statement, one row per
+-- position in order.  A bad outcome anywhere completes none; a claim no
+-- longer owned, or named a second time, is stale.
+SELECT gd_insert('xw', '{"n": "all1"}', priority => -10) AS all1_id,
+       gd_insert('xw', '{"n": "all2"}', priority => -10) AS all2_id,
+       gd_insert('xw', '{"n": "all3"}', priority => -10) AS all3_id \gset
+SELECT array_agg(id ORDER BY id) AS all_ids, array_agg(lease_token ORDER BY id) AS all_tokens
+  FROM gd_claim('claims', 'batcher', 3) \gset
+SELECT (:'all_ids'::bigint[]) = ARRAY[:all1_id, :all2_id, :all3_id]::bigint[] AS claimed_the_three;
+SELECT t.try(format('SELECT * FROM gd_complete_all(%L, %L, ARRAY[gd_done(), gd_next(%L), gd_done()])',
+                    :'all_ids', :'all_tokens', 'nowhere'));
+SELECT n, status, has_token FROM t.xw WHERE n LIKE 'all_' ORDER BY n;
+SELECT gd_complete((:'all_ids'::bigint[])[3], (:'all_tokens'::bigint[])[3], gd_done('{"alone": true}')) AS all3_alone;
+SELECT r.position, r.id = (:'all_ids'::bigint[])[(r.position - 1) % 3 + 1] AS id_in_place, r.completed
+  FROM gd_complete_all(ARRAY[:all1_id, :all2_id, :all3_id, :all1_id],
+                       (:'all_tokens'::bigint[]) || (:'all_tokens'::bigint[])[1],
+                       ARRAY[gd_done('{"k": 1}'), gd_next('pack', '{"n": "all2", "batched": true}'),
+                             gd_done('{"late": true}'), gd_done('{"k": "again"}')])
+       WITH ORDINALITY AS r(id, completed, position)
+ ORDER BY r.position;
+SELECT n, status, step, external, has_token, state, result FROM t.xw WHERE n LIKE 'all_' ORDER BY n;
+SELECT count(*) AS rows_for_empty_arrays FROM gd_complete_all('{}', '{}', '{}');
+SELECT t.try($$SELECT * FROM gd_complete_all(NULL, '{1}', ARRAY[gd_done()])$$);
+SELECT t.try($$SELECT * FROM gd_complete_all('{1}', '{1,2}', ARRAY[gd_done()])$$);
+SELECT t.try($$SELECT * FROM gd_complete_all('{1}', '{1}', '{}')$$);
+SELECT t.try($$SELECT * FROM gd_complete_all('{NULL}', '{1}', ARRAY[gd_done()])$$);
+SELECT t.try($$SELECT * FROM gd_complete_all('{1}', '{1}', ARRAY[NULL::gd.outcome])$$);
+SELECT t.try($$SELECT * FROM gd_complete_all('{{1}}', '{{1}}', ARRAY[[gd_done()]])$$);
+
+-- Counted: 6 stale outcomes dropped (b twice completed, rel after release
+-- and after cancel, lost1 after reclaim, all3 and the second all1 in the
+-- batch), 2 leases reaped, 1 claim released.
 SELECT s.event, s.count - b.count AS counted FROM gd.stats s JOIN t.stats_before b USING (event)
  WHERE s.event IN ('outcome_stale', 'reaped', 'drained') ORDER BY 1;
 

@@ -147,12 +147,12 @@ class GdExt {
         const o = await this.handle(c, r);
         ids.push(r.id); tokens.push(r.token); kinds.push(o[0]); steps.push(o[1]); args.push(JSON.stringify(o[2]));
       }
-      await c.query(`SELECT gd_complete(o.id, o.token,
-                        CASE o.kind WHEN 'done' THEN gd_done(o.arg)
-                                    WHEN 'next' THEN gd_next(o.step, o.arg)
-                                    WHEN 'spawn' THEN gd_spawn(o.arg, o.step) END)
-                       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::jsonb[])
-                            AS o(id, token, kind, step, arg)`, [ids, tokens, kinds, steps, args]);
+      await c.query(`SELECT count(*) FROM gd_complete_all($1::bigint[], $2::bigint[], ARRAY(
+                       SELECT CASE o.kind WHEN 'done' THEN gd_done(o.arg)
+                                          WHEN 'next' THEN gd_next(o.step, o.arg)
+                                          WHEN 'spawn' THEN gd_spawn(o.arg, o.step) END
+                         FROM unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS o(kind, step, arg, n)
+                        ORDER BY o.n))`, [ids, tokens, kinds, steps, args]);
       await c.query('COMMIT');
     }
   }
