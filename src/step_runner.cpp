@@ -1,13 +1,15 @@
 /*
- * step_runner.cpp — running a batch of picked steps.  Each handler runs in
- * its own subtransaction, as the FSM's owner, under the step's timeout, after
- * its rate limits admitted it.  Its outcome is validated (and a spawn's
- * children inserted) inside that subtransaction; if the handler raises,
- * overruns its timeout, returns NULL or a bad outcome, the subtransaction is
- * rolled back (its effects vanish) and the attempt is recorded as a retry
- * with the error.  The transitions are written in the round's own
- * transaction, the plain ones together at the end of the batch, so a step's
- * effects and its instance's new state commit together.
+ * step_runner.cpp — running a batch of picked steps.  Each handler runs as
+ * the FSM's owner, under the step's timeout, after its rate limits admitted
+ * it, inside a subtransaction: its outcome is validated (and a spawn's
+ * children inserted) there; if the handler raises, overruns its timeout,
+ * returns NULL or a bad outcome, the subtransaction is rolled back (its
+ * effects vanish) and the attempt is recorded as a retry with the error.
+ * The batch's handlers share one subtransaction while none raises; when one
+ * does, the others run again each in its own (see run_together).  The
+ * transitions are written in the round's own transaction, the plain ones
+ * together at the end of the batch, so a step's effects and its instance's
+ * new state commit together.
  */
 #include "executor.hpp"
 #include "stats.hpp"
@@ -133,8 +135,17 @@ void prepare_context_type()
 
 namespace {
 
-/* Run one picked step to its transition; false when its rate limit holds it back. */
-bool run_step(const PickedInstance &row, const char *queue)
+/* What the first pass decided for a picked row. */
+enum class Disposition { handled, throttled, to_run };
+
+/*
+ * The first pass over a picked row, in the round's own transaction: a row
+ * whose definition was dropped fails, one whose step became external is
+ * handed over, one its rate limits hold back waits; the rest are to run,
+ * with their definition copied into `def` (the cache may be emptied while
+ * handlers run).
+ */
+Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
 {
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
     if (found == nullptr) {
@@ -143,50 +154,148 @@ bool run_step(const PickedInstance &row, const char *queue)
             jsonb_in, CStringGetDatum(psprintf("{\"sqlstate\": \"42704\", \"message\": \"gen_durable: step is no "
                                                "longer defined\", \"attempt\": %d}", row.attempt)));
         gd_apply_transition(row.id, gd_final_transition(row, "failed", 0, error));
-        return true;
+        return Disposition::handled;
     }
-    const StepDefinition def = *found; /* the cache may be emptied while the handler runs */
+    def = *found;
     if ((row.rate_limit != nullptr || def.rate_limit[0] != '\0') && !gd_admit_rate(row, def))
-        return false; /* throttled: it runs when its tokens are there */
+        return Disposition::throttled; /* it runs when its tokens are there */
     if (def.handler == InvalidOid) {
         /* Now an external step (redefined): hand it to external workers. */
         Transition t = gd_final_transition(row, "runnable", 0, 0);
         t.external = true;
         gd_apply_transition(row.id, t);
-        return true;
+        return Disposition::handled;
     }
+    return Disposition::to_run;
+}
 
+/* Call a step's handler and turn its outcome into a transition (children spawned); may raise. */
+Transition run_handler(const PickedInstance &row, const StepDefinition &def, const char *queue)
+{
+    TimestampTz started = GetCurrentTimestamp();
+    HeapTupleHeader outcome = call_handler(row, def, queue);
+    Transition t = gd_outcome_transition(row, def, outcome);
+    gd_prepare_transition(row.id, t);
+    t.duration_us = GetCurrentTimestamp() - started;
+    return t;
+}
+
+/* The transition of an attempt that raised `edata`. */
+Transition failed_attempt(const PickedInstance &row, const StepDefinition &def, const ErrorData *edata,
+                          TimestampTz started)
+{
+    Transition t = gd_retry_transition(row, def, gd_error_json(edata, row), -1);
+    t.duration_us = GetCurrentTimestamp() - started;
+    return t;
+}
+
+/*
+ * Run steps [first, end) of the batch, each handler in a subtransaction of
+ * its own: one that raises (or overruns its timeout, or returns a bad
+ * outcome) loses its effects and records a failed attempt, the others go on.
+ */
+void run_each_isolated(const char *queue, WorkerSlot *slot, int first, int end);
+
+/* The picked rows to run, their definitions and transitions (globals: see `batch`). */
+StepDefinition definitions[GD_MAX_BATCH];
+Transition transitions[GD_MAX_BATCH];
+int to_run[GD_MAX_BATCH];
+int to_run_count = 0;
+/* An optimistic batch raised: run the executor's next batch isolated too. */
+bool last_batch_raised = false;
+
+/*
+ * Run the batch's handlers together in one subtransaction (one subtransaction
+ * per step costs a third of a simple step's time).  When a handler raises,
+ * that subtransaction is rolled back, the raising step's attempt is recorded
+ * as failed without running it again, and the others run again isolated:
+ * their effects commit once, as always.  Returns false when one raised.
+ */
+bool run_together(const char *queue, WorkerSlot *slot)
+{
     MemoryContext round_context = CurrentMemoryContext;
     ResourceOwner round_owner = CurrentResourceOwner;
-    TimestampTz started = GetCurrentTimestamp();
-    Transition t{};
+    volatile int running = 0;
+    volatile TimestampTz started = 0;
+    ErrorData *volatile raised = nullptr;
     BeginInternalSubTransaction(nullptr);
     MemoryContextSwitchTo(round_context);
     PG_TRY();
     {
-        HeapTupleHeader outcome = call_handler(row, def, queue);
-        t = gd_outcome_transition(row, def, outcome);
-        gd_prepare_transition(row.id, t);
+        for (running = 0; running < to_run_count; running = running + 1) {
+            const PickedInstance &row = batch[to_run[running]];
+            if (slot != nullptr)
+                gd_worker_set_activity(slot, row.id);
+            started = GetCurrentTimestamp();
+            transitions[running] = run_handler(row, definitions[running], queue);
+            CHECK_FOR_INTERRUPTS();
+        }
         ReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(round_context);
-        CurrentResourceOwner = round_owner;
     }
     PG_CATCH();
     {
         disable_timeout(STATEMENT_TIMEOUT, false);
         MemoryContextSwitchTo(round_context);
-        ErrorData *edata = CopyErrorData();
+        raised = CopyErrorData();
         FlushErrorState();
         RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(round_context);
-        CurrentResourceOwner = round_owner;
-        t = gd_retry_transition(row, def, gd_error_json(edata, row), -1);
-        FreeErrorData(edata);
     }
     PG_END_TRY();
-    t.duration_us = GetCurrentTimestamp() - started;
-    gd_write_transition_batched(round_transitions, row.id, t); /* in the round's transaction: see executor.hpp */
-    return true;
+    MemoryContextSwitchTo(round_context);
+    CurrentResourceOwner = round_owner;
+    if (raised == nullptr) {
+        for (int i = 0; i < to_run_count; i++)
+            gd_write_transition_batched(round_transitions, batch[to_run[i]].id, transitions[i]);
+        return true;
+    }
+    if (running >= to_run_count) { /* raised after the last handler: all ran in vain */
+        FreeErrorData(raised);
+        run_each_isolated(queue, slot, 0, to_run_count);
+        return false;
+    }
+    /* The steps before the raising one ran in vain: again, isolated. */
+    run_each_isolated(queue, slot, 0, running);
+    const PickedInstance &row = batch[to_run[running]];
+    gd_write_transition_batched(round_transitions, row.id, failed_attempt(row, definitions[running], raised, started));
+    FreeErrorData(raised);
+    run_each_isolated(queue, slot, running + 1, to_run_count);
+    return false;
+}
+
+void run_each_isolated(const char *queue, WorkerSlot *slot, int first, int end)
+{
+    MemoryContext round_context = CurrentMemoryContext;
+    ResourceOwner round_owner = CurrentResourceOwner;
+    for (int i = first; i < end; i++) {
+        const PickedInstance &row = batch[to_run[i]];
+        if (slot != nullptr)
+            gd_worker_set_activity(slot, row.id);
+        TimestampTz started = GetCurrentTimestamp();
+        Transition t{};
+        BeginInternalSubTransaction(nullptr);
+        MemoryContextSwitchTo(round_context);
+        PG_TRY();
+        {
+            t = run_handler(row, definitions[i], queue);
+            ReleaseCurrentSubTransaction();
+        }
+        PG_CATCH();
+        {
+            disable_timeout(STATEMENT_TIMEOUT, false);
+            MemoryContextSwitchTo(round_context);
+            ErrorData *edata = CopyErrorData();
+            FlushErrorState();
+            RollbackAndReleaseCurrentSubTransaction();
+            MemoryContextSwitchTo(round_context);
+            t = failed_attempt(row, definitions[i], edata, started);
+            FreeErrorData(edata);
+        }
+        PG_END_TRY();
+        MemoryContextSwitchTo(round_context);
+        CurrentResourceOwner = round_owner;
+        gd_write_transition_batched(round_transitions, row.id, t); /* in the round's transaction: see executor.hpp */
+        CHECK_FOR_INTERRUPTS();
+    }
 }
 
 } // namespace
@@ -203,12 +312,19 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
     gd_count(StatEvent::pick_rows, static_cast<uint64>(count));
     batch.resize(count);
     int ran = 0;
-    for (const PickedInstance &row : batch) {
-        if (slot != nullptr)
-            gd_worker_set_activity(slot, row.id);
-        if (run_step(row, queue))
+    to_run_count = 0;
+    for (int i = 0; i < count; i++) {
+        Disposition disposition = prepare_step(batch[i], definitions[to_run_count]);
+        if (disposition == Disposition::to_run)
+            to_run[to_run_count++] = i;
+        if (disposition != Disposition::throttled)
             ran++;
-        CHECK_FOR_INTERRUPTS();
+    }
+    if (to_run_count == 1 || (to_run_count > 1 && last_batch_raised)) {
+        run_each_isolated(queue, slot, 0, to_run_count);
+        last_batch_raised = false;
+    } else if (to_run_count > 1) {
+        last_batch_raised = !run_together(queue, slot);
     }
     gd_flush_transitions(round_transitions);
     gd_release_concurrency_keys();

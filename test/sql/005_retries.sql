@@ -61,3 +61,40 @@ SELECT gd._execute('retries', 10);
 SELECT gd._execute('retries', 10);
 SELECT status, attempt, result FROM gd.instances WHERE id = :third_id;
 SELECT attempt FROM t.ledger WHERE instance_id = :third_id;
+
+-- A batch's handlers share one subtransaction until one raises: then that
+-- one's attempt is recorded without running it again, and the others run
+-- again each in its own subtransaction, so every effect commits once.
+-- Sequences count the handler calls (a rollback does not undo nextval).
+CREATE SEQUENCE t.mixed_calls;
+CREATE SEQUENCE t.mixed_raises;
+CREATE FUNCTION t.mixed(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM nextval('t.mixed_calls');
+    INSERT INTO t.ledger (instance_id, step, attempt) VALUES (ctx.id, ctx.step, ctx.attempt);
+    IF (state->>'raise')::boolean AND ctx.attempt = 1 THEN
+        PERFORM nextval('t.mixed_raises');
+        RAISE EXCEPTION 'instance % raised', state->>'n';
+    END IF;
+    RETURN gd_done(jsonb_build_object('n', state->'n'));
+END $$;
+SELECT gd_define_fsm('mixed', initial => 'work', queue => 'retries');
+SELECT gd_define_step('mixed', 'work', 't.mixed(jsonb, gd.context)'::regprocedure, backoff => '0s');
+SELECT count(gd_insert('mixed', jsonb_build_object('n', n, 'raise', n = 3))) FROM generate_series(1, 5) n;
+SELECT gd._execute('retries', 10) AS ran;
+SELECT i.state->>'n' AS n, i.status, i.attempt, i.error->>'message' AS error,
+       (SELECT count(*) FROM t.ledger l WHERE l.instance_id = i.id) AS effects
+  FROM gd.instances i WHERE i.fsm = 'mixed' ORDER BY i.id;
+-- 1, 2 and 3 together (3 raised), 1 and 2 again, then 4 and 5 each alone; 3 raised once.
+SELECT last_value AS handler_calls FROM t.mixed_calls;
+SELECT last_value AS raises FROM t.mixed_raises;
+-- The next batch after a raise runs its handlers each alone, the one after together again.
+SELECT count(gd_insert('mixed', jsonb_build_object('n', n, 'raise', n = 7))) FROM generate_series(6, 8) n;
+SELECT gd._execute('retries', 10) AS ran;
+SELECT last_value AS handler_calls FROM t.mixed_calls;
+SELECT count(gd_insert('mixed', jsonb_build_object('n', n, 'raise', n = 10))) FROM generate_series(9, 10) n;
+SELECT gd._execute('retries', 10) AS ran;
+SELECT last_value AS handler_calls FROM t.mixed_calls;
+SELECT i.state->>'n' AS n, i.status, i.attempt, i.error->>'message' AS error,
+       (SELECT count(*) FROM t.ledger l WHERE l.instance_id = i.id) AS effects
+  FROM gd.instances i WHERE i.fsm = 'mixed' ORDER BY i.id;

@@ -43,7 +43,8 @@ const CONN = {
 };
 const env = (name, dflt) => (process.env[name] !== undefined && process.env[name] !== '' ? process.env[name] : dflt);
 const KNOBS = {
-  gdext: { lanes: +env('BENCH_GDEXT_LANES', 2), batch: +env('BENCH_GDEXT_BATCH', 16) },
+  gdext: { lanes: +env('BENCH_GDEXT_LANES', 2), batch: +env('BENCH_GDEXT_BATCH', 16),
+           oneTransaction: env('BENCH_GDEXT_ONE_TRANSACTION', '0') === '1' },
   pgboss: { workers: +env('BENCH_PGBOSS_WORKERS', 2), batch: +env('BENCH_PGBOSS_BATCH', 1000),
             poolSize: +env('BENCH_PGBOSS_POOL', 10) },
   graphile: { concurrency: +env('BENCH_GRAPHILE_CONCURRENCY', 16),
@@ -131,17 +132,23 @@ class GdExt {
   }
 
   async lane(c, name, batch) {
+    const k = KNOBS.gdext;
     while (!this.stopping) {
       const gen = this.generation;
+      // One transaction: the claim commits with the effects and completions
+      // (nothing to lease out: a crash rolls the claim back).  Otherwise the
+      // claim commits first and the lease covers the work.
+      if (k.oneTransaction) await c.query('BEGIN');
       const { rows } = await c.query(
         "SELECT id, fsm, step, state, lease_token::text AS token FROM gd_claim('ext', $1, $2)", [name, batch]);
       if (rows.length === 0) {
+        if (k.oneTransaction) await c.query('COMMIT');
         if (gen === this.generation && !this.stopping) await this.sleepUntilWoken(1000); // poll: a safety net only
         continue;
       }
       // The batch's effects and its completions commit together: a step's
       // effect in this database happens exactly once.
-      await c.query('BEGIN');
+      if (!k.oneTransaction) await c.query('BEGIN');
       const ids = [], tokens = [], kinds = [], steps = [], args = [];
       for (const r of rows) {
         const o = await this.handle(c, r);
