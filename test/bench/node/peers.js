@@ -43,7 +43,7 @@ const CONN = {
 };
 const env = (name, dflt) => (process.env[name] !== undefined && process.env[name] !== '' ? process.env[name] : dflt);
 const KNOBS = {
-  gdext: { lanes: +env('BENCH_GDEXT_LANES', 2), batch: +env('BENCH_GDEXT_BATCH', 16),
+  gdext: { lanes: +env('BENCH_GDEXT_LANES', 4), batch: +env('BENCH_GDEXT_BATCH', 128),
            oneTransaction: env('BENCH_GDEXT_ONE_TRANSACTION', '0') === '1' },
   pgboss: { workers: +env('BENCH_PGBOSS_WORKERS', 2), batch: +env('BENCH_PGBOSS_BATCH', 1000),
             poolSize: +env('BENCH_PGBOSS_POOL', 10) },
