@@ -153,27 +153,31 @@ void complete_claims(Completion *claims, int n)
     SPI_connect();
     if (owned_plan == nullptr) {
         Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
-        owned_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS ", c.ord::int"
+        /* By the primary key alone (= ANY: whatever the join order): a
+         * status test here could make the planner walk every lease. */
+        owned_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS ", c.ord::int, i.status = 'executing'"
                                      "  FROM unnest($1, $2) WITH ORDINALITY AS c(id, token, ord)"
                                      "  JOIN gd.instances i ON i.id = c.id AND i.lease_token = c.token"
-                                     " WHERE i.status = 'executing'"
+                                     " WHERE i.id = ANY ($1)"
                                      " ORDER BY i.id, c.ord FOR UPDATE OF i",
                                      2, types);
     }
     Datum args[2] = {PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)),
                      PointerGetDatum(construct_array(tokens, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE))};
-    if (SPI_execute_plan(owned_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    if (gd_execute_kept(owned_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up %d claim%s failed", n, n == 1 ? "" : "s");
     SPITupleTable *owned = SPI_tuptable; /* kept: the transitions run statements of their own */
     uint64 owned_count = SPI_processed;
     gd_begin_transitions(completions, "executing");
     int64 previous_id = 0;
     for (uint64 r = 0; r < owned_count; r++) {
+        bool isnull;
+        if (!DatumGetBool(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 4, &isnull)))
+            continue; /* no longer executing: stale */
         ClaimedRow claimed = read_claimed(owned->vals[r], owned->tupdesc);
         if (claimed.row.id == previous_id)
             continue; /* named again: the first naming completed it */
         previous_id = claimed.row.id;
-        bool isnull;
         int k = DatumGetInt32(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 3, &isnull)) - 1;
         complete_claim(claimed, claims[k].outcome);
         claims[k].completed = true;
@@ -288,7 +292,7 @@ Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
                                        1, types);
     }
     Datum args[1] = {Int32GetDatum(batch)};
-    if (SPI_execute_plan(expired_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    if (gd_execute_kept(expired_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up expired leases failed");
     /* Keep the rows: each transition runs statements of its own. */
     SPITupleTable *expired = SPI_tuptable;

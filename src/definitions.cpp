@@ -92,7 +92,7 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
         steps_relid = get_relname_relid("steps", gd_namespace);
     }
     Datum args[3] = {CStringGetTextDatum(fsm), Int32GetDatum(version), CStringGetTextDatum(step)};
-    if (SPI_execute_plan(load_plan, args, nullptr, true, 1) != SPI_OK_SELECT)
+    if (gd_execute_kept(load_plan, args, nullptr, true, 1) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: loading step definition failed");
     if (SPI_processed == 0)
         return false;

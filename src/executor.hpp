@@ -50,14 +50,17 @@ struct PickedInstance {
     "i.concurrency_key, i.rate_limit, i.weight"
 constexpr int GD_INSTANCE_COLUMN_COUNT = 12;
 
-/* SPI_prepare and SPI_keepplan, or ERROR (picker.cpp). */
+/* The engine's own statements (kept_plans.cpp): prepare one once (a kept,
+ * generic plan), and run it as SPI_execute_plan would, planned for the indexes. */
 SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types);
+int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count);
 /* Read columns id, fsm, version, step, state, attempt, correlation_key,
  * parent_id, resume (in that order) into `row`, copied into CurrentMemoryContext. */
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);
 /* Lock up to `limit` runnable in-database steps of the queue, best first;
- * the rows are copied into `into`. */
-int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into);
+ * the rows are copied into `into`.  An executor's picks (`executor` given)
+ * go on after its previous full pick's last row (see picker.cpp). */
+int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into, WorkerSlot *executor);
 /* When the next row of the queue not yet eligible becomes eligible; 0 when none. */
 TimestampTz gd_next_due(const char *queue);
 

@@ -23,7 +23,7 @@ long gd_gc_round(const char *database)
         gc_plan = gd_prepare_kept("SELECT gd._gc(make_interval(secs => $1), $2)", 2, types);
     }
     Datum args[2] = {Int32GetDatum(gd_retention_s), Int32GetDatum(GC_BATCH)};
-    if (SPI_execute_plan(gc_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    if (gd_execute_kept(gc_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: gd._gc() failed");
     bool isnull;
     int swept = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

@@ -68,6 +68,7 @@ struct WorkerSlot {
     bool idle;                      /* sleeping, waiting for work */
     pg_atomic_uint64 current_instance; /* 0 when none */
     pg_atomic_uint64 since;         /* TimestampTz of the current activity */
+    pg_atomic_uint32 new_work;      /* an executor woken by new work: its next pick starts from the front */
 };
 
 /* A backend blocked in gd_await, indexed by backend id. */

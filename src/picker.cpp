@@ -3,7 +3,14 @@
  * kept plan locks up to batch_size runnable in-database steps of the queue,
  * best first (priority, then eligibility, then id), skipping rows other
  * executors hold; the lock lasts until the round commits, so no row runs
- * twice at once and a crash simply releases it.  A second plan tells an idle
+ * twice at once and a crash simply releases it.  An executor goes on after
+ * the last row of its previous full pick instead of scanning from the front
+ * each time: the front of the index holds the entries of rows just run,
+ * which cost a heap visit each until vacuum removes them — and while a long
+ * transaction holds the MVCC horizon back, that is never.  It starts from
+ * the front again after a short pick, when a commit woke it with new work
+ * (which may sort before the resume point: a higher priority), and every
+ * second (rows a rolled-back round gave back, or changed by hand).  A second plan tells an idle
  * executor when the next scheduled row comes due, so it sleeps exactly that
  * long (or the poll interval, whichever is shorter).  Both use the one pick
  * index: a second index on eligibility lured the planner into sorting the
@@ -30,16 +37,6 @@ char *copy_text(HeapTuple tuple, TupleDesc desc, int column)
 
 } // namespace
 
-SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
-{
-    /* Generic: our statements' best plans do not depend on their parameters, and planning per call costs. */
-    SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
-    if (plan == nullptr)
-        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-    SPI_keepplan(plan);
-    return plan;
-}
-
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
 {
     bool isnull;
@@ -59,33 +56,82 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.weight = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
 }
 
-int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into)
+namespace {
+
+/* Where an executor's last full pick ended (the last row's key), to go on from there. */
+struct ResumePoint {
+    bool valid;
+    int32 priority;
+    TimestampTz eligible_at;
+    int64 id;
+    TimestampTz since; /* when the scan last started from the front */
+};
+ResumePoint resume_point{};
+SPIPlanPtr resume_plan = nullptr;
+
+/* Go back to the front at least this often: rows behind the resume point (a rolled-back round's) wait no longer. */
+constexpr int64 RESTART_US = 1000 * 1000;
+
+SPIPlanPtr prepare_pick(const char *after_resume_point, int nargs)
+{
+    Oid types[5] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, INT8OID};
+    return gd_prepare_kept(psprintf("SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at"
+                                    "  FROM gd.instances i"
+                                    " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
+                                    "   AND i.eligible_at <= now() %s"
+                                    "   AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
+                                    " ORDER BY i.priority, i.eligible_at, i.id"
+                                    " LIMIT $2"
+                                    " FOR UPDATE OF i SKIP LOCKED",
+                                    after_resume_point),
+                           nargs, types);
+}
+
+/* Run one of the pick plans; the rows are in SPI_tuptable. */
+uint64 run_pick(bool from_resume_point, const char *queue, int limit)
 {
     if (pick_plan == nullptr) {
-        Oid types[2] = {TEXTOID, INT4OID};
-        pick_plan = gd_prepare_kept(
-            "SELECT " GD_INSTANCE_COLUMNS
-            "  FROM gd.instances i"
-            " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated AND i.eligible_at <= now()"
-            "   AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
-            " ORDER BY i.priority, i.eligible_at, i.id"
-            " LIMIT $2"
-            " FOR UPDATE OF i SKIP LOCKED",
-            2, types);
+        pick_plan = prepare_pick("", 2);
+        resume_plan = prepare_pick("AND (i.priority, i.eligible_at, i.id) > ($3, $4, $5)", 5);
     }
-    Datum args[2] = {CStringGetTextDatum(queue), Int32GetDatum(limit)};
-    if (SPI_execute_plan(pick_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), Int32GetDatum(resume_point.priority),
+                     TimestampTzGetDatum(resume_point.eligible_at), Int64GetDatum(resume_point.id)};
+    if (gd_execute_kept(from_resume_point ? resume_plan : pick_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: pick failed");
+    return SPI_processed;
+}
+
+} // namespace
+
+int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into, WorkerSlot *executor)
+{
+    TimestampTz now = GetCurrentTimestamp();
+    bool go_on = executor != nullptr;
+    bool woken_by_new_work = go_on && pg_atomic_exchange_u32(&executor->new_work, 0) != 0;
+    bool from_resume_point = go_on && !woken_by_new_work && resume_point.valid && now - resume_point.since < RESTART_US;
+    uint64 count = run_pick(from_resume_point, queue, limit);
+    if (count == 0 && from_resume_point)
+        count = run_pick(false, queue, limit); /* nothing after it: look from the front */
+    if (!from_resume_point || count == 0)
+        resume_point.since = now;
 
     /* Copy out of SPI memory, which does not outlive this round's SPI connection. */
     MemoryContext spi_context = MemoryContextSwitchTo(into);
-    int count = static_cast<int>(SPI_processed);
     TupleDesc desc = SPI_tuptable->tupdesc;
-    for (int i = 0; i < count; i++)
+    for (uint64 i = 0; i < count; i++)
         gd_read_instance(SPI_tuptable->vals[i], desc, out[i]);
     MemoryContextSwitchTo(spi_context);
+    /* A full pick goes on after its last row next time; a short one reached the end. */
+    resume_point.valid = go_on && count == static_cast<uint64>(limit);
+    if (resume_point.valid) {
+        HeapTuple last = SPI_tuptable->vals[count - 1];
+        bool isnull;
+        resume_point.priority = DatumGetInt32(SPI_getbinval(last, desc, GD_INSTANCE_COLUMN_COUNT + 1, &isnull));
+        resume_point.eligible_at = DatumGetTimestampTz(SPI_getbinval(last, desc, GD_INSTANCE_COLUMN_COUNT + 2, &isnull));
+        resume_point.id = out[count - 1].id;
+    }
     SPI_freetuptable(SPI_tuptable);
-    return count;
+    return static_cast<int>(count);
 }
 
 TimestampTz gd_next_due(const char *queue)
@@ -113,7 +159,7 @@ TimestampTz gd_next_due(const char *queue)
             1, types);
     }
     Datum args[1] = {CStringGetTextDatum(queue)};
-    if (SPI_execute_plan(due_plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    if (gd_execute_kept(due_plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: next-due query failed");
     bool isnull;
     Datum due = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

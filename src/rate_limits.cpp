@@ -49,7 +49,7 @@ bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def)
         keys[count++] = CStringGetTextDatum(def.rate_limit);
     Datum args[3] = {Int64GetDatum(row.id), PointerGetDatum(construct_array(keys, count, TEXTOID, -1, false, TYPALIGN_INT)),
                      Int32GetDatum(row.weight)};
-    if (SPI_execute_plan(admit_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    if (gd_execute_kept(admit_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: rate limit admission of instance " INT64_FORMAT " failed", row.id);
     bool isnull;
     Datum verdict = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

@@ -22,7 +22,7 @@ long gd_reaper_round()
     if (reap_plan == nullptr) {
         reap_plan = gd_prepare_kept("SELECT gd._reap()", 0, nullptr);
     }
-    if (SPI_execute_plan(reap_plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    if (gd_execute_kept(reap_plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: gd._reap() failed");
     bool isnull;
     Datum next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

@@ -50,6 +50,7 @@ void startup_shmem()
         for (WorkerSlot &slot : gd_shared->workers) {
             pg_atomic_init_u64(&slot.current_instance, 0);
             pg_atomic_init_u64(&slot.since, 0);
+            pg_atomic_init_u32(&slot.new_work, 0);
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
         pg_atomic_init_u32(&gd_shared->restart_now, 0);

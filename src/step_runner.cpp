@@ -306,7 +306,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
     prepare_context_type();
     gd_begin_transitions(round_transitions, "runnable");
     batch.resize(Min(limit, GD_MAX_BATCH));
-    int count = gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context);
+    int count = gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context, slot);
     gd_count(StatEvent::pick);
     gd_count(StatEvent::pick_demand, batch.size());
     gd_count(StatEvent::pick_rows, static_cast<uint64>(count));

@@ -79,7 +79,7 @@ Datum empty_object()
 void call_follow_up(SPIPlanPtr plan, int64 id, Datum extra)
 {
     Datum args[2] = {Int64GetDatum(id), extra};
-    if (SPI_execute_plan(plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    if (gd_execute_kept(plan, args, nullptr, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: follow-up of the transition of instance " INT64_FORMAT " failed", id);
 }
 
@@ -262,7 +262,7 @@ void gd_prepare_transition(int64 id, Transition &t)
         return;
     prepare_plans();
     Datum args[2] = {Int64GetDatum(id), t.children};
-    if (SPI_execute_plan(spawn_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    if (gd_execute_kept(spawn_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: spawning the children of instance " INT64_FORMAT " failed", id);
     bool isnull;
     t.spawned = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -316,7 +316,7 @@ void gd_write_transition(int64 id, const Transition &t)
                       BoolGetDatum(t.keep_resume)};
     char nulls[13] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' ',
                       t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n', ' '};
-    if (SPI_execute_plan(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE)
+    if (gd_execute_kept(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
     if (SPI_processed == 0) {
         /* Its own step deleted the row: nothing is left to move on. */
@@ -362,7 +362,8 @@ void gd_flush_transitions(TransitionBatch &batch)
             "       finished_at = CASE WHEN t.status IN ('done', 'failed', 'cancelled') THEN clock_timestamp() END"
             "  FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
             "       AS t(id, status, step, state, attempt, eligible_at, result, error, external, keep_resume)"
-            " WHERE i.id = t.id AND i.status = $11"
+            /* = ANY: an index scan of just these rows, whatever the join order */
+            " WHERE i.id = t.id AND i.id = ANY ($1) AND i.status = $11"
             " RETURNING i.id",
             11, types);
     }
@@ -394,7 +395,7 @@ void gd_flush_transitions(TransitionBatch &batch)
                       array_of(externals, nullptr, n, BOOLOID),    array_of(keeps, nullptr, n, BOOLOID),
                       CStringGetTextDatum(batch.locked_status)};
     batch.count = 0; /* before anything can fail: the caller's transaction is rolled back then */
-    if (SPI_execute_plan(batch_update_plan, args, nullptr, false, 0) != SPI_OK_UPDATE_RETURNING)
+    if (gd_execute_kept(batch_update_plan, args, nullptr, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transitions of %d instances", n);
     SPITupleTable *written = SPI_tuptable;
     uint64 written_count = SPI_processed;
@@ -420,7 +421,7 @@ void gd_release_concurrency_keys()
         if (i > 0 && strcmp(keys_to_release[i], keys_to_release[i - 1]) == 0)
             continue;
         Datum args[1] = {CStringGetTextDatum(keys_to_release[i])};
-        int result = SPI_execute_plan(ungate_plan, args, nullptr, false, 1);
+        int result = gd_execute_kept(ungate_plan, args, nullptr, false, 1);
         if (result != SPI_OK_SELECT)
             elog(ERROR, "gen_durable: making room under concurrency key \"%s\" failed: %s", keys_to_release[i],
                  SPI_result_code_string(result));

@@ -49,6 +49,7 @@ void wake_queue_executors(const PendingWake &wake)
             if (woken >= wake.instances)
                 break;
             if (executor_of_this_database(slot) && slot.idle == want_idle && strcmp(slot.queue, wake.queue) == 0) {
+                pg_atomic_write_u32(&slot.new_work, 1); /* not the latch alone: a handler's wait may reset it */
                 SetLatch(&slot.proc->procLatch);
                 woken++;
             }

@@ -86,6 +86,12 @@ CREATE TABLE gd.instances (
     FOREIGN KEY (fsm, version) REFERENCES gd.fsms
 ) WITH (fillfactor = 80);
 
+-- Every engine statement on gd.instances is written for one of its indexes.
+-- Statistics taken while a queue was empty make a sequential scan look free,
+-- and a plan kept from them scans the whole table per call once the backlog
+-- arrives; so the engine's own statements (src/kept_plans.cpp) and the API
+-- functions that find instances run with SET enable_seqscan = off.
+
 -- The executors' pick: runnable in-database steps of a queue, best first.
 CREATE INDEX instances_pick ON gd.instances (queue, priority, eligible_at, id)
     WHERE status = 'runnable' AND NOT external AND NOT gated;

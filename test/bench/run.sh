@@ -56,7 +56,7 @@ bench_peers_install
 # shellcheck source=cluster.sh
 source "$BENCH_DIR/cluster.sh"
 bench_cluster_init bench "$BENCH_DIR/setup.sql"
-bench_cluster_start
+bench_cluster_start ${BENCH_EXTRA_CONF:+"$BENCH_EXTRA_CONF"} ${BENCH_EXTRA_CONF2:+"$BENCH_EXTRA_CONF2"}
 bench_peers_schema
 
 "$PY" "$BENCH_DIR/bench.py" "$DIR" "$PORT"

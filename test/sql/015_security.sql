@@ -32,7 +32,7 @@ SET ROLE regress_gd_other;
 SELECT count(*) AS other_sees_instances, (SELECT count(*) FROM gd.signals) AS other_sees_signals FROM gd.instances;
 SELECT t.try($$SELECT gd_insert('private')$$);
 SELECT status FROM gd_await(:private_id, '0s');
-SELECT t.try(format('SELECT gd_signal(%s, %L)', :private_id, 'go'));
+SELECT replace(t.try(format('SELECT gd_signal(%s, %L)', :private_id, 'go')), :'private_id', 'N') AS try;
 SELECT t.try($$SELECT gd_signal('private-1', 'go')$$);
 SELECT gd_cancel(:private_id) AS cancelled, gd_retry(:private_id) AS retried;
 SELECT t.try($$SELECT gd_define_fsm('private', initial => 'park', version => 2)$$);
