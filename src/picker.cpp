@@ -10,11 +10,11 @@
  * transaction holds the MVCC horizon back, that is never.  It starts from
  * the front again after a short pick, when a commit woke it with new work
  * (which may sort before the resume point: a higher priority), and every
- * second (rows a rolled-back round gave back, or changed by hand).  A second plan tells an idle
- * executor when the next scheduled row comes due, so it sleeps exactly that
- * long (or the poll interval, whichever is shorter).  Both use the one pick
- * index: a second index on eligibility lured the planner into sorting the
- * whole backlog for every pick.
+ * second (rows a rolled-back round gave back, or changed by hand).  A
+ * second plan tells an idle executor when the next scheduled row comes due,
+ * so it sleeps exactly that long (or the poll interval, whichever is
+ * shorter).  Both use the one pick index: a second index on eligibility
+ * lured the planner into sorting the whole backlog for every pick.
  */
 #include "executor.hpp"
 
@@ -69,7 +69,7 @@ struct ResumePoint {
 ResumePoint resume_point{};
 SPIPlanPtr resume_plan = nullptr;
 
-/* Go back to the front at least this often: rows behind the resume point (a rolled-back round's) wait no longer. */
+/* Back to the front at least this often: rows behind the resume point (a rolled-back round's) wait no longer. */
 constexpr int64 RESTART_US = 1000 * 1000;
 
 SPIPlanPtr prepare_pick(const char *after_resume_point, int nargs)
@@ -88,7 +88,7 @@ SPIPlanPtr prepare_pick(const char *after_resume_point, int nargs)
 }
 
 /* Run one of the pick plans; the rows are in SPI_tuptable. */
-uint64 run_pick(bool from_resume_point, const char *queue, int limit)
+uint64 run_pick(bool after_resume_point, const char *queue, int limit)
 {
     if (pick_plan == nullptr) {
         pick_plan = prepare_pick("", 2);
@@ -96,7 +96,7 @@ uint64 run_pick(bool from_resume_point, const char *queue, int limit)
     }
     Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), Int32GetDatum(resume_point.priority),
                      TimestampTzGetDatum(resume_point.eligible_at), Int64GetDatum(resume_point.id)};
-    if (gd_execute_kept(from_resume_point ? resume_plan : pick_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    if (gd_execute_kept(after_resume_point ? resume_plan : pick_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: pick failed");
     return SPI_processed;
 }
@@ -108,11 +108,13 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     TimestampTz now = GetCurrentTimestamp();
     bool go_on = executor != nullptr;
     bool woken_by_new_work = go_on && pg_atomic_exchange_u32(&executor->new_work, 0) != 0;
-    bool from_resume_point = go_on && !woken_by_new_work && resume_point.valid && now - resume_point.since < RESTART_US;
-    uint64 count = run_pick(from_resume_point, queue, limit);
-    if (count == 0 && from_resume_point)
-        count = run_pick(false, queue, limit); /* nothing after it: look from the front */
-    if (!from_resume_point || count == 0)
+    bool from_front = !(go_on && !woken_by_new_work && resume_point.valid && now - resume_point.since < RESTART_US);
+    uint64 count = run_pick(!from_front, queue, limit);
+    if (count == 0 && !from_front) {
+        from_front = true; /* nothing after the resume point: look from the front */
+        count = run_pick(false, queue, limit);
+    }
+    if (from_front)
         resume_point.since = now;
 
     /* Copy out of SPI memory, which does not outlive this round's SPI connection. */

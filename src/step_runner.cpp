@@ -180,53 +180,37 @@ Transition run_handler(const PickedInstance &row, const StepDefinition &def, con
     return t;
 }
 
-/* The transition of an attempt that raised `edata`. */
-Transition failed_attempt(const PickedInstance &row, const StepDefinition &def, const ErrorData *edata,
-                          TimestampTz started)
-{
-    Transition t = gd_retry_transition(row, def, gd_error_json(edata, row), -1);
-    t.duration_us = GetCurrentTimestamp() - started;
-    return t;
-}
-
-/*
- * Run steps [first, end) of the batch, each handler in a subtransaction of
- * its own: one that raises (or overruns its timeout, or returns a bad
- * outcome) loses its effects and records a failed attempt, the others go on.
- */
-void run_each_isolated(const char *queue, WorkerSlot *slot, int first, int end);
-
 /* The picked rows to run, their definitions and transitions (globals: see `batch`). */
 StepDefinition definitions[GD_MAX_BATCH];
 Transition transitions[GD_MAX_BATCH];
 int to_run[GD_MAX_BATCH];
 int to_run_count = 0;
-/* An optimistic batch raised: run the executor's next batch isolated too. */
+/* A batch run together raised: the executor's next batch runs isolated. */
 bool last_batch_raised = false;
 
 /*
- * Run the batch's handlers together in one subtransaction (one subtransaction
- * per step costs a third of a simple step's time).  When a handler raises,
- * that subtransaction is rolled back, the raising step's attempt is recorded
- * as failed without running it again, and the others run again isolated:
- * their effects commit once, as always.  Returns false when one raised.
+ * Run the handlers of steps [first, end) in one subtransaction, their
+ * transitions into `transitions`.  Returns nullptr when none raised (the
+ * subtransaction is released: their effects stay); else the error, with
+ * the subtransaction rolled back (all their effects gone) and `*raising`
+ * and `*started` saying which step raised and when it began.
  */
-bool run_together(const char *queue, WorkerSlot *slot)
+ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first, int end, int *raising,
+                                 TimestampTz *started)
 {
     MemoryContext round_context = CurrentMemoryContext;
     ResourceOwner round_owner = CurrentResourceOwner;
-    volatile int running = 0;
-    volatile TimestampTz started = 0;
+    volatile int running = first;
     ErrorData *volatile raised = nullptr;
     BeginInternalSubTransaction(nullptr);
     MemoryContextSwitchTo(round_context);
     PG_TRY();
     {
-        for (running = 0; running < to_run_count; running = running + 1) {
+        for (running = first; running < end; running = running + 1) {
             const PickedInstance &row = batch[to_run[running]];
             if (slot != nullptr)
                 gd_worker_set_activity(slot, row.id);
-            started = GetCurrentTimestamp();
+            *started = GetCurrentTimestamp();
             transitions[running] = run_handler(row, definitions[running], queue);
             CHECK_FOR_INTERRUPTS();
         }
@@ -243,59 +227,59 @@ bool run_together(const char *queue, WorkerSlot *slot)
     PG_END_TRY();
     MemoryContextSwitchTo(round_context);
     CurrentResourceOwner = round_owner;
+    *raising = Min(running, end - 1); /* past the last handler: ReleaseCurrentSubTransaction raised */
+    return raised;
+}
+
+/* Record step i's failed attempt (it raised `edata`), without running it again. */
+void write_failed_attempt(int i, ErrorData *edata, TimestampTz started)
+{
+    const PickedInstance &row = batch[to_run[i]];
+    Transition t = gd_retry_transition(row, definitions[i], gd_error_json(edata, row), -1);
+    t.duration_us = GetCurrentTimestamp() - started;
+    gd_write_transition_batched(round_transitions, row.id, t);
+    FreeErrorData(edata);
+}
+
+/*
+ * Run steps [first, end), each handler in a subtransaction of its own: one
+ * that raises (or overruns its timeout, or returns a bad outcome) loses its
+ * effects and records a failed attempt; the others go on.
+ */
+void run_each_isolated(const char *queue, WorkerSlot *slot, int first, int end)
+{
+    for (int i = first; i < end; i++) {
+        int raising;
+        TimestampTz started;
+        ErrorData *raised = run_in_subtransaction(queue, slot, i, i + 1, &raising, &started);
+        if (raised == nullptr)
+            gd_write_transition_batched(round_transitions, batch[to_run[i]].id, transitions[i]);
+        else
+            write_failed_attempt(i, raised, started);
+    }
+}
+
+/*
+ * Run all the batch's handlers together in one subtransaction (one per step
+ * costs a third of a simple step's time).  When one raises, that
+ * subtransaction is rolled back, the raising step's attempt is recorded as
+ * failed without running it again, and the others run again isolated: their
+ * effects commit once, as always.  Returns false when one raised.
+ */
+bool run_together(const char *queue, WorkerSlot *slot)
+{
+    int raising;
+    TimestampTz started;
+    ErrorData *raised = run_in_subtransaction(queue, slot, 0, to_run_count, &raising, &started);
     if (raised == nullptr) {
         for (int i = 0; i < to_run_count; i++)
             gd_write_transition_batched(round_transitions, batch[to_run[i]].id, transitions[i]);
         return true;
     }
-    if (running >= to_run_count) { /* raised after the last handler: all ran in vain */
-        FreeErrorData(raised);
-        run_each_isolated(queue, slot, 0, to_run_count);
-        return false;
-    }
-    /* The steps before the raising one ran in vain: again, isolated. */
-    run_each_isolated(queue, slot, 0, running);
-    const PickedInstance &row = batch[to_run[running]];
-    gd_write_transition_batched(round_transitions, row.id, failed_attempt(row, definitions[running], raised, started));
-    FreeErrorData(raised);
-    run_each_isolated(queue, slot, running + 1, to_run_count);
+    run_each_isolated(queue, slot, 0, raising); /* they ran in vain: again */
+    write_failed_attempt(raising, raised, started);
+    run_each_isolated(queue, slot, raising + 1, to_run_count);
     return false;
-}
-
-void run_each_isolated(const char *queue, WorkerSlot *slot, int first, int end)
-{
-    MemoryContext round_context = CurrentMemoryContext;
-    ResourceOwner round_owner = CurrentResourceOwner;
-    for (int i = first; i < end; i++) {
-        const PickedInstance &row = batch[to_run[i]];
-        if (slot != nullptr)
-            gd_worker_set_activity(slot, row.id);
-        TimestampTz started = GetCurrentTimestamp();
-        Transition t{};
-        BeginInternalSubTransaction(nullptr);
-        MemoryContextSwitchTo(round_context);
-        PG_TRY();
-        {
-            t = run_handler(row, definitions[i], queue);
-            ReleaseCurrentSubTransaction();
-        }
-        PG_CATCH();
-        {
-            disable_timeout(STATEMENT_TIMEOUT, false);
-            MemoryContextSwitchTo(round_context);
-            ErrorData *edata = CopyErrorData();
-            FlushErrorState();
-            RollbackAndReleaseCurrentSubTransaction();
-            MemoryContextSwitchTo(round_context);
-            t = failed_attempt(row, definitions[i], edata, started);
-            FreeErrorData(edata);
-        }
-        PG_END_TRY();
-        MemoryContextSwitchTo(round_context);
-        CurrentResourceOwner = round_owner;
-        gd_write_transition_batched(round_transitions, row.id, t); /* in the round's transaction: see executor.hpp */
-        CHECK_FOR_INTERRUPTS();
-    }
 }
 
 } // namespace
