@@ -90,10 +90,16 @@ LANGUAGE plpgsql AS $$
 DECLARE
     child jsonb;
     spawned int := 0;
+    plain_fsm text;
 BEGIN
     IF children IS NULL OR jsonb_typeof(children) <> 'array' THEN
         PERFORM gd._bad_argument(format('gd_spawn needs a JSON array of insert options, got %s',
                                         coalesce(children::text, 'NULL')));
+    END IF;
+    plain_fsm := gd._plain_entries_fsm(children, NULL);
+    IF plain_fsm IS NOT NULL THEN
+        SELECT count(*) INTO spawned FROM gd._insert_plain(plain_fsm, children, parent_id);
+        RETURN spawned;
     END IF;
     FOR child IN SELECT c FROM jsonb_array_elements(children) c LOOP
         IF jsonb_typeof(child) = 'object' AND NOT child ? 'fsm' THEN

@@ -79,6 +79,23 @@ SELECT t.try($$SELECT gd_insert_all('order', '[{"priority": 1.5}]')$$);
 SELECT t.try($$SELECT gd_insert_all('order', '[{"state": {}}, {"fsm": "nope"}]')$$);
 SELECT count(*) - :before AS written_by_refusals FROM gd.instances;
 
+-- Entries with nothing but a state (and one fsm for all) are inserted in one
+-- statement: the same rows as one by one (defaults merged, the FSM's queue
+-- and first step), ids in entry order; a state that is not an object, or a
+-- second FSM, takes the one-by-one path and its refusals.
+SELECT array_agg(new_id) AS plain_ids FROM gd_insert_all('order', '[
+    {"state": {"n": 11}}, {"fsm": "order", "state": {"n": 12, "currency": "USD"}}, {}
+]') AS new_id \gset
+SELECT (:'plain_ids'::bigint[]) = (SELECT array_agg(id ORDER BY id) FROM unnest(:'plain_ids'::bigint[]) id) AS in_entry_order;
+SELECT fsm, version, step, state, status, queue, external, priority, weight, gated, correlation_scope,
+       eligible_at = created_at AS eligible_at_once
+  FROM gd.instances WHERE id = ANY (:'plain_ids'::bigint[]) ORDER BY id;
+SELECT count(*) AS before FROM gd.instances \gset
+SELECT t.try($$SELECT gd_insert_all('order', '[{"state": {}}, {"state": [1]}]')$$);
+SELECT t.try($$SELECT gd_insert_all('order', '[{"state": {}}, {"fsm": "nope", "state": {}}]')$$);
+SELECT t.try($$SELECT gd_insert_all('nope', '[{"state": {}}]')$$);
+SELECT count(*) - :before AS written_by_refusals FROM gd.instances;
+
 -- Transactional: a rolled-back insert leaves nothing behind.
 BEGIN;
 SELECT gd_insert('order', '{"rolled": "back"}') IS NOT NULL AS inserted;
