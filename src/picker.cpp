@@ -90,10 +90,10 @@ SPIPlanPtr prepare_pick(const char *after_resume_point, int nargs)
 /* Run one of the pick plans; the rows are in SPI_tuptable. */
 uint64 run_pick(bool after_resume_point, const char *queue, int limit)
 {
-    if (pick_plan == nullptr) {
+    if (pick_plan == nullptr)
         pick_plan = prepare_pick("", 2);
+    if (resume_plan == nullptr)
         resume_plan = prepare_pick("AND (i.priority, i.eligible_at, i.id) > ($3, $4, $5)", 5);
-    }
     Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), Int32GetDatum(resume_point.priority),
                      TimestampTzGetDatum(resume_point.eligible_at), Int64GetDatum(resume_point.id)};
     if (gd_execute_kept(after_resume_point ? resume_plan : pick_plan, args, nullptr, false, 0) != SPI_OK_SELECT)

@@ -123,6 +123,9 @@ void prepare_context_type()
         MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
         if (context_desc != nullptr)
             FreeTupleDesc(context_desc);
+        /* Forgotten before the look-up, which raises if the type is being dropped (no double free next time). */
+        context_desc = nullptr;
+        context_type = InvalidOid;
         context_desc = lookup_rowtype_tupdesc_copy(type, -1);
         BlessTupleDesc(context_desc);
         context_type = type;

@@ -232,24 +232,33 @@ namespace {
 
 void prepare_plans()
 {
-    if (update_plan != nullptr)
-        return;
-    RegisterXactCallback(forget_keys_at_transaction_end, nullptr);
-    Oid types[13] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
-                     JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID};
-    update_plan = gd_prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
-                               "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
-                               "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
-                               "       resume = CASE WHEN $13 THEN resume END, lease_owner = NULL, lease_token = NULL,"
-                               "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
-                               "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
-                               "                          THEN clock_timestamp() END"
-                               " WHERE id = $1",
-                               13, types);
+    if (ungate_plan != nullptr)
+        return; /* the last one prepared: all are (a failed preparation leaves the rest to the next call) */
+    static bool callback_registered = false;
+    if (!callback_registered) {
+        RegisterXactCallback(forget_keys_at_transaction_end, nullptr);
+        callback_registered = true;
+    }
+    if (update_plan == nullptr) {
+        Oid types[13] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
+                         JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID};
+        update_plan = gd_prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
+                                      "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
+                                      "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
+                                      "       resume = CASE WHEN $13 THEN resume END, lease_owner = NULL,"
+                                      "       lease_token = NULL, lease_expires_at = NULL, updated_at = clock_timestamp(),"
+                                      "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
+                                      "                          THEN clock_timestamp() END"
+                                      " WHERE id = $1",
+                                      13, types);
+    }
     Oid follow_up_types[2] = {INT8OID, JSONBOID};
-    wake_if_signalled_plan = gd_prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
-    spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
-    resume_parent_plan = gd_prepare_kept("SELECT gd._resume_parents(ARRAY[$1])", 1, follow_up_types);
+    if (wake_if_signalled_plan == nullptr)
+        wake_if_signalled_plan = gd_prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
+    if (spawn_plan == nullptr)
+        spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
+    if (resume_parent_plan == nullptr)
+        resume_parent_plan = gd_prepare_kept("SELECT gd._resume_parents(ARRAY[$1])", 1, follow_up_types);
     Oid key_types[1] = {TEXTOID};
     ungate_plan = gd_prepare_kept("SELECT gd._ungate($1)", 1, key_types);
 }
