@@ -113,7 +113,7 @@ class GdExt {
     const k = KNOBS.gdext;
     this.listener = await connect('listener');
     this.listener.on('notification', (m) => {
-      if (m.payload === 'ext') { this.generation++; this.wakeOne(); }
+      if (m.payload === 'ext') { this.generation++; for (const w of this.wakers) w(); }
     });
     await this.listener.query('LISTEN gd_work');
     this.lanes = [];
@@ -121,13 +121,6 @@ class GdExt {
       const c = await connect(`lane ${i}`);
       this.lanes.push({ c, done: this.lane(c, `bench-node-${process.pid}-${i}`, k.batch) });
     }
-  }
-
-  // One lane per notification (no herd of empty claims); a lane that claimed
-  // a full batch wakes the next, as there is likely more.
-  wakeOne() {
-    const w = this.wakers.values().next().value;
-    if (w) w();
   }
 
   sleepUntilWoken(ms) {
@@ -153,7 +146,6 @@ class GdExt {
         if (gen === this.generation && !this.stopping) await this.sleepUntilWoken(1000); // poll: a safety net only
         continue;
       }
-      if (rows.length === batch) this.wakeOne();
       // The batch's effects and its completions commit together: a step's
       // effect in this database happens exactly once.
       if (!k.oneTransaction) await c.query('BEGIN');
