@@ -27,7 +27,9 @@
 # cluster's setup test/bench/cluster.sh (shared with test/bench/soak.sh).
 # BENCH_SYSTEMS / BENCH_WORKLOADS (comma lists) run a subset; BENCH_KEEP=1
 # keeps the cluster's dir (and log); BENCH_JSON=file also writes the figures
-# as JSON.
+# as JSON; BENCH_EXTRA_CONF adds postgresql.conf lines, one per line (e.g.
+# shared_preload_libraries = 'gen_durable,auto_explain' and
+# auto_explain.log_min_duration = '20ms' to see slow plans in the log).
 set -euo pipefail
 
 BENCH_START=$(date +%s)
@@ -56,7 +58,9 @@ bench_peers_install
 # shellcheck source=cluster.sh
 source "$BENCH_DIR/cluster.sh"
 bench_cluster_init bench "$BENCH_DIR/setup.sql"
-bench_cluster_start ${BENCH_EXTRA_CONF:+"$BENCH_EXTRA_CONF"} ${BENCH_EXTRA_CONF2:+"$BENCH_EXTRA_CONF2"}
+extra_conf=()
+[[ -z ${BENCH_EXTRA_CONF:-} ]] || mapfile -t extra_conf <<<"$BENCH_EXTRA_CONF"
+bench_cluster_start "${extra_conf[@]}"
 bench_peers_schema
 
 "$PY" "$BENCH_DIR/bench.py" "$DIR" "$PORT"
