@@ -7,7 +7,8 @@
  * it at once.
  *
  * SIGTERM is the usual `die`: the round in hand rolls back (an executor's rows
- * stay runnable, no attempt counted) and the worker exits.  SIGHUP reloads the
+ * stay runnable, no attempt counted) and the worker exits.  In a deadlock
+ * with a user's statement the worker's round is the victim.  SIGHUP reloads the
  * settings.  An error outside a step is logged, the round rolled back, and the
  * worker goes on after a pause.  A database without the extension is logged
  * once and re-checked every few seconds, or at once when CREATE EXTENSION
@@ -178,6 +179,10 @@ void gd_worker_main(Datum arg)
                  my_kind == WorkerKind::reaper ? "reaper" : "garbage collector");
 
     BackgroundWorkerInitializeConnection(my_database, nullptr, 0);
+    /* In a deadlock with a user's statement (DROP EXTENSION under a running
+     * round, say) the engine gives way: it looks for the deadlock first, and
+     * its round is rolled back and retried instead of the user's statement. */
+    SetConfigOption("deadlock_timeout", "100ms", PGC_SUSET, PGC_S_OVERRIDE);
     gd_worker_attach(my_slot);
     pgstat_report_appname(psprintf("gen_durable %s", my_description));
     round_context = AllocSetContextCreate(TopMemoryContext, "gen_durable round", ALLOCSET_DEFAULT_SIZES);
