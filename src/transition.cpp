@@ -44,6 +44,12 @@ void forget_keys_at_transaction_end(XactEvent, void *)
     keys_to_release_count = 0; /* an aborted runner leaves pointers to freed rows behind */
 }
 
+int compare_ids(const void *a, const void *b)
+{
+    int64 x = *static_cast<const int64 *>(a), y = *static_cast<const int64 *>(b);
+    return x < y ? -1 : x > y;
+}
+
 int compare_keys(const void *a, const void *b)
 {
     return strcmp(*static_cast<const char *const *>(a), *static_cast<const char *const *>(b));
@@ -406,16 +412,18 @@ void gd_flush_transitions(TransitionBatch &batch)
     batch.count = 0; /* before anything can fail: the caller's transaction is rolled back then */
     if (gd_execute_kept(batch_update_plan, args, nullptr, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transitions of %d instances", n);
-    SPITupleTable *written = SPI_tuptable;
-    uint64 written_count = SPI_processed;
+    /* The ids written, sorted: each transition's follow-up runs only if its row was written. */
+    int written_count = static_cast<int>(SPI_processed);
+    int64 *written = static_cast<int64 *>(palloc(sizeof(int64) * Max(written_count, 1)));
+    for (int w = 0; w < written_count; w++) {
+        bool isnull;
+        written[w] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[w], SPI_tuptable->tupdesc, 1, &isnull));
+    }
+    qsort(written, written_count, sizeof(int64), compare_ids);
     for (int i = 0; i < n; i++)
-        for (uint64 w = 0; w < written_count; w++) {
-            bool isnull;
-            if (DatumGetInt64(SPI_getbinval(written->vals[w], written->tupdesc, 1, &isnull)) == batch.ids[i]) {
-                after_transition(batch.ids[i], batch.items[i]);
-                break;
-            }
-        }
+        if (bsearch(&batch.ids[i], written, written_count, sizeof(int64), compare_ids) != nullptr)
+            after_transition(batch.ids[i], batch.items[i]);
+    pfree(written);
 }
 
 void gd_release_concurrency_keys()
