@@ -19,7 +19,8 @@ char *gd_queues_setting = nullptr;
 int gd_lease_ms = 30 * 1000;
 int gd_retention_s = 24 * 3600;
 int gd_poll_interval_ms = 1000;
-int gd_batch_size = 16;
+int gd_batch_size = 64;
+int gd_batch_time_ms = 20;
 int gd_reaper_interval_ms = 1000;
 int gd_gc_interval_ms = 60 * 1000;
 
@@ -151,7 +152,11 @@ void gd_define_settings()
     DefineCustomIntVariable("gen_durable.poll_interval", "Fallback poll interval of idle executors.", nullptr,
                             &gd_poll_interval_ms, 1000, 10, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("gen_durable.batch_size", "Maximum steps one executor commits together.", nullptr,
-                            &gd_batch_size, 16, 1, 1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+                            &gd_batch_size, 64, 1, 1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("gen_durable.batch_time",
+                            "How long one executor batch should run before it commits: slower steps run fewer per batch.",
+                            nullptr, &gd_batch_time_ms, 20, 1, 60 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+                            nullptr);
     DefineCustomIntVariable("gen_durable.reaper_interval", "Longest sleep of the reaper between checks.", nullptr,
                             &gd_reaper_interval_ms, 1000, 10, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
                             nullptr);

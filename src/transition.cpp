@@ -375,8 +375,10 @@ void gd_flush_transitions(TransitionBatch &batch)
             "       resume = CASE WHEN t.keep_resume THEN i.resume END, lease_owner = NULL, lease_token = NULL,"
             "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
             "       finished_at = CASE WHEN t.status IN ('done', 'failed', 'cancelled') THEN clock_timestamp() END"
-            "  FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-            "       AS t(id, status, step, state, attempt, eligible_at, result, error, external, keep_resume)"
+            /* unnest in the select list (ProjectSet): element by element, not ten tuplestores */
+            "  FROM (SELECT unnest($1) AS id, unnest($2) AS status, unnest($3) AS step, unnest($4) AS state,"
+            "               unnest($5) AS attempt, unnest($6) AS eligible_at, unnest($7) AS result,"
+            "               unnest($8) AS error, unnest($9) AS external, unnest($10) AS keep_resume) t"
             /* = ANY: an index scan of just these rows, whatever the join order */
             " WHERE i.id = t.id AND i.id = ANY ($1) AND i.status = $11"
             " RETURNING i.id",

@@ -80,9 +80,6 @@ CREATE TABLE gd.instances (
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now(),
     finished_at       timestamptz,
-    -- The key is occupied while the status is in the instance's own scope.
-    correlation_held  boolean GENERATED ALWAYS AS
-                        (correlation_key IS NOT NULL AND status = ANY (correlation_scope)) STORED,
     FOREIGN KEY (fsm, version) REFERENCES gd.fsms
 ) WITH (fillfactor = 80);
 
@@ -95,8 +92,11 @@ CREATE TABLE gd.instances (
 -- The executors' pick: runnable in-database steps of a queue, best first.
 CREATE INDEX instances_pick ON gd.instances (queue, priority, eligible_at, id)
     WHERE status = 'runnable' AND NOT external AND NOT gated;
+-- A correlation key is occupied while the status is in the instance's own
+-- scope.  (A predicate, not a stored generated column: that would be
+-- recomputed from its parsed expression in every statement that writes.)
 CREATE UNIQUE INDEX instances_correlation ON gd.instances (correlation_key)
-    WHERE correlation_held;
+    WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope);
 CREATE INDEX instances_parent ON gd.instances (parent_id) WHERE parent_id IS NOT NULL;
 -- Is any child of a parent still live: one probe, however many children are done.
 CREATE INDEX instances_live_children ON gd.instances (parent_id)

@@ -76,7 +76,7 @@ BEGIN
         VALUES (fsm_row.name, fsm_row.version, first_step, fsm_row.state_defaults || state, queue,
                 step_external, priority, concurrency_key, must_wait, correlation_key, correlation_scope,
                 rate_limit, weight, run_at, parent_id)
-        ON CONFLICT (correlation_key) WHERE correlation_held DO NOTHING
+        ON CONFLICT (correlation_key) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope) DO NOTHING
         RETURNING i.id INTO new_id;
         IF new_id IS NOT NULL THEN
             IF NOT must_wait THEN
@@ -85,7 +85,7 @@ BEGIN
             RETURN new_id;
         END IF;
         SELECT i.id INTO occupant FROM gd.instances i
-         WHERE i.correlation_key = _insert.correlation_key AND i.correlation_held;
+         WHERE i.correlation_key = _insert.correlation_key AND i.status = ANY (i.correlation_scope);
         IF FOUND THEN
             EXIT;
         END IF;

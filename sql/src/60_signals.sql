@@ -75,7 +75,7 @@ RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     holder bigint;
 BEGIN
-    SELECT i.id INTO holder FROM gd.instances i WHERE i.correlation_key = target AND i.correlation_held;
+    SELECT i.id INTO holder FROM gd.instances i WHERE i.correlation_key = target AND i.status = ANY (i.correlation_scope);
     IF holder IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found',
             MESSAGE = format('gen_durable: signal %L: no live instance holds correlation key %L', name, target);

@@ -42,7 +42,7 @@ TIMEOUT = float(os.environ.get("BENCH_TIMEOUT", "180"))
 DIAGNOSTICS = os.environ.get("BENCH_DIAGNOSTICS", "1") != "0"
 LATENCY_BUDGET_S = 120.0  # W2 stops early (and says so) past this
 FLOOR_WORKERS = 2          # matches gen_durable.queues = 'default:2'
-FLOOR_BATCH = 16           # matches gen_durable.batch_size's default
+FLOOR_BATCH = 64           # matches gen_durable.batch_size's default
 N_W4 = int(os.environ.get("BENCH_FANOUT_CHILDREN", "10000"))
 N_BACKLOG = int(os.environ.get("BENCH_BACKLOG", "200000"))  # the issue says 1,000,000: see run.sh
 SYSTEMS = [s for s in os.environ.get("BENCH_SYSTEMS", "gd,gdext,pgboss,graphile,pgq,floor").split(",") if s]

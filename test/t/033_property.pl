@@ -577,7 +577,7 @@ SELECT count(*) FROM gd.instances p WHERE p.status = 'awaiting_children'
    AND NOT EXISTS (SELECT FROM gd.instances c WHERE c.parent_id = p.id
                     AND c.status IN ('runnable', 'executing', 'awaiting_signal', 'awaiting_children'))},
 	'a correlation key is held by one instance at most' => q{
-SELECT count(*) FROM (SELECT correlation_key FROM gd.instances WHERE correlation_held GROUP BY 1 HAVING count(*) > 1) x},
+SELECT count(*) FROM (SELECT correlation_key FROM gd.instances WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope) GROUP BY 1 HAVING count(*) > 1) x},
 );
 # All in one query (one psql run): name|violations per line.
 my @names = sort keys %invariant;
