@@ -48,3 +48,21 @@ SELECT gd_define_fsm('defs', initial => 'a', queue => 'manual', version => 2);
 SELECT gd_define_step('defs', 'a', 't.noop(jsonb, gd.context)'::regprocedure);
 SELECT gd_define_step('defs', 'ext', version => 1, max_attempts => 9);
 SELECT version, step, max_attempts FROM gd.steps WHERE fsm = 'defs' ORDER BY version, step;
+
+-- A definition with instances cannot be deleted, renamed or truncated away;
+-- one without can (and its steps go with it).
+SELECT gd_define_fsm('in_use', initial => 'a', queue => 'manual');
+SELECT gd_define_step('in_use', 'a');
+SELECT gd_insert('in_use') IS NOT NULL AS inserted;
+SELECT gd_define_fsm('unused', initial => 'a', queue => 'manual');
+SELECT gd_define_step('unused', 'a');
+SELECT t.try($$DELETE FROM gd.fsms WHERE name = 'in_use'$$);
+SELECT t.try($$UPDATE gd.fsms SET version = 5 WHERE name = 'in_use'$$);
+SELECT t.try($$TRUNCATE gd.fsms CASCADE$$);
+UPDATE gd.fsms SET state_defaults = '{"kept": true}' WHERE name = 'in_use';
+DELETE FROM gd.fsms WHERE name = 'unused';
+SELECT name, state_defaults, (SELECT count(*) FROM gd.steps s WHERE s.fsm = f.name) AS steps
+  FROM gd.fsms f WHERE name IN ('in_use', 'unused');
+DELETE FROM gd.instances WHERE fsm = 'in_use';
+DELETE FROM gd.fsms WHERE name = 'in_use';
+SELECT count(*) AS in_use_gone FROM gd.fsms WHERE name = 'in_use';

@@ -25,7 +25,7 @@ SELECT eligible_at BETWEEN now() + interval '59 minutes' AND now() + interval '6
 -- Correlation keys: unique among instances whose status is in their scope.
 SELECT gd_insert('order', correlation_key => 'order-1') AS key_id \gset
 SELECT t.try($$SELECT gd_insert('order', correlation_key => 'order-1')$$) ~ 'Instance \d+ holds it' AS error_names_occupant;
-SELECT replace(t.try($$SELECT gd_insert('order', correlation_key => 'order-1')$$), :'key_id', 'N');
+SELECT replace(t.try($$SELECT gd_insert('order', correlation_key => 'order-1')$$), 'Instance ' || :'key_id', 'Instance N');
 SELECT gd_insert('order', correlation_key => 'order-1', on_duplicate => 'existing') = :key_id AS existing_returns_occupant;
 SELECT gd_insert('order', correlation_key => 'order-1', on_duplicate => 'skip') IS NULL AS skip_returns_null;
 SELECT count(*) FROM gd.instances WHERE correlation_key = 'order-1';

@@ -192,9 +192,9 @@ class GdExt {
     const fsm = { w1: 'x1', w3: 'x3', w4: 'x4_parent' }[workload];
     const state = workload === 'w4' ? `jsonb_build_object('children', ${n})` : "jsonb_build_object('n', g)";
     const count = workload === 'w4' ? 1 : n;
-    await c.query('BEGIN');
-    await c.query(`SELECT count(gd_insert($1, ${state})) FROM generate_series(1, $2::int) g`, [fsm, count]);
-    await c.query('COMMIT');
+    // One call for the lot, as the peers' bulk APIs.
+    await c.query(`SELECT count(*) FROM gd_insert_all($1, (SELECT jsonb_agg(jsonb_build_object('state', ${state}))
+                     FROM generate_series(1, $2::int) g))`, [fsm, count]);
     await c.end();
   }
 
