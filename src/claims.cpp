@@ -164,7 +164,7 @@ void complete_claims(Completion *claims, int n)
     }
     Datum args[2] = {PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)),
                      PointerGetDatum(construct_array(tokens, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE))};
-    if (gd_execute_kept(owned_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    if (gd_execute_kept(owned_plan, args, nullptr, false, 0, KeptJoins::hashed) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up %d claim%s failed", n, n == 1 ? "" : "s");
     SPITupleTable *owned = SPI_tuptable; /* kept: the transitions run statements of their own */
     uint64 owned_count = SPI_processed;

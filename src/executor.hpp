@@ -53,7 +53,11 @@ constexpr int GD_INSTANCE_COLUMN_COUNT = 12;
 /* The engine's own statements (kept_plans.cpp): prepare one once (a kept,
  * generic plan), and run it as SPI_execute_plan would, planned for the indexes. */
 SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types);
-int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count);
+/* How a kept statement joins: as the planner likes, or by hash only (for a
+ * statement joining an array of ids to their rows: see kept_plans.cpp). */
+enum class KeptJoins { planner_choice, hashed };
+int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count,
+                    KeptJoins joins = KeptJoins::planner_choice);
 /* Read columns id, fsm, version, step, state, attempt, correlation_key,
  * parent_id, resume (in that order) into `row`, copied into CurrentMemoryContext. */
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);

@@ -12,6 +12,10 @@
  * the statements run (and are planned) with sequential scans disabled for
  * their own duration, as a function's SET clause would.  (Not sorts: some
  * statements need one, and would walk a whole index in order instead.)
+ * The statements that join an array of a batch's ids to their rows are
+ * planned without nested loops and merge joins too: from an empty table's
+ * statistics the planner nests the array inside the row scan, reading it
+ * again for every row (n² for a batch of n; W1 ran at half speed).
  */
 #include "executor.hpp"
 
@@ -28,11 +32,24 @@ SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
     return plan;
 }
 
-int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count)
+namespace {
+
+void planner_off(const char *setting)
 {
-    /* Undone by the next line, or by the (sub)transaction's abort if the statement raises. */
+    (void) set_config_option(setting, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+}
+
+} // namespace
+
+int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count, KeptJoins joins)
+{
+    /* Undone by AtEOXact_GUC below, or by the (sub)transaction's abort if the statement raises. */
     int nest_level = NewGUCNestLevel();
-    (void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    planner_off("enable_seqscan");
+    if (joins == KeptJoins::hashed) {
+        planner_off("enable_nestloop");
+        planner_off("enable_mergejoin");
+    }
     int result = SPI_execute_plan(plan, args, nulls, read_only, count);
     AtEOXact_GUC(true, nest_level);
     return result;

@@ -412,7 +412,7 @@ void gd_flush_transitions(TransitionBatch &batch)
                       array_of(externals, nullptr, n, BOOLOID),    array_of(keeps, nullptr, n, BOOLOID),
                       CStringGetTextDatum(batch.locked_status)};
     batch.count = 0; /* before anything can fail: the caller's transaction is rolled back then */
-    if (gd_execute_kept(batch_update_plan, args, nullptr, false, 0) != SPI_OK_UPDATE_RETURNING)
+    if (gd_execute_kept(batch_update_plan, args, nullptr, false, 0, KeptJoins::hashed) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transitions of %d instances", n);
     /* The ids written, sorted: each transition's follow-up runs only if its row was written. */
     int written_count = static_cast<int>(SPI_processed);
