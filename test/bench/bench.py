@@ -141,6 +141,11 @@ def wait_settled(conn, fsm, n, deadline):
         time.sleep(0.2)
 
 
+def executor_picks(conn):
+    """Executor rounds so far (the engine's pick counter; gd._execute calls count too)."""
+    return int(one(conn, "SELECT count FROM gd.stats WHERE event = 'pick'"))
+
+
 def next_xid(conn):
     """The next transaction id to be assigned (reading it assigns none)."""
     return int(one(conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
@@ -199,7 +204,7 @@ def wait_ledger(conn, ledger, n, deadline, where="true"):
 
 
 def gd_throughput(admin, fsm, n, steps_per_instance, ledger, before=None):
-    """Insert n instances in one transaction; time from its COMMIT to the last ledger row
+    """Insert n instances in one transaction; time from its commit to the last ledger row
     (written by the last step, in the transaction that finishes its instance).
     before(): called once the server is quiet, just before the insert (W6 opens its horizon there)."""
     admin.execute(f"TRUNCATE {ledger}")
@@ -215,20 +220,18 @@ def gd_throughput(admin, fsm, n, steps_per_instance, ledger, before=None):
                      "'state', jsonb_build_object('n', g))) FROM generate_series(1, %s) g))", (fsm, n))
     insert_s = time.monotonic() - t
     lsn0 = wal_lsn(inserter)
-    xid0 = next_xid(admin)
+    picks0 = executor_picks(admin)
     cpu = CpuMeter(pids)
-    t0 = one(inserter, "SELECT clock_timestamp()")
     t = time.monotonic()
     inserter.commit()
     commit_s = time.monotonic() - t
     inserter.close()
+    t0 = one(admin, "SELECT clock_timestamp()")  # queued: committed (as the peers are timed, peers.js)
 
     wait_ledger(admin, ledger, n, time.monotonic() + TIMEOUT)
     usage = cpu.stop()
     wal = wal_bytes_since(admin, lsn0)
-    # Each executor round is a transaction with an xid (its pick locks rows) and
-    # each step that writes a subtransaction with its own: rounds = xids - steps.
-    xids = next_xid(admin) - xid0
+    rounds = executor_picks(admin) - picks0  # a round's pick, with rows or not
     last, ledger_rows = admin.execute(f"SELECT max(at), count(*) FROM {ledger}").fetchone()
     done, failed = admin.execute(
         "SELECT count(*) FILTER (WHERE status = 'done'),"
@@ -249,7 +252,7 @@ def gd_throughput(admin, fsm, n, steps_per_instance, ledger, before=None):
         "steps_per_s": (done + failed) * steps_per_instance / elapsed if elapsed > 0 else 0.0,
         "insert_s": insert_s, "insert_per_s": n / insert_s, "commit_s": commit_s,
         "ledger_rows": ledger_rows, "ledger_ok": ledger_rows == n,
-        "xids": xids, "rounds": max(xids - (done + failed) * steps_per_instance, 1),
+        "rounds": max(rounds, 1),
         "wal_bytes_per_instance": wal / max(done + failed, 1),
         "executor_cpu_s": usage["proc_cpu_s"], "executors": len(pids),
         "cpu_us_per_step": 1e6 * usage["proc_cpu_s"] / max((done + failed) * steps_per_instance, 1),
