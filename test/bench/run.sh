@@ -8,7 +8,8 @@
 #            gen_durable external (a Node.js worker: LISTEN gd_work, gd_claim,
 #            gd_complete), pg-boss and graphile-worker (npm, Node.js workers),
 #            PgQ (Debian's postgresql-15-pgq3, a consumer loop in SQL driving
-#            its own ticks), and a hand-written SKIP LOCKED loop (the floor)
+#            its own ticks), and a hand-written SKIP LOCKED loop (the floor);
+#            and W1's work alone (its ledger INSERTs, no queue): the ceiling
 #   W1  throughput: BENCH_JOBS (50000) single-step jobs, each one ledger INSERT
 #   W3  BENCH_FSM_INSTANCES (10000) three-step chains
 #   W4  one parent, BENCH_FANOUT_CHILDREN (10000) children, then a join

@@ -10,6 +10,7 @@ CREATE TABLE bench.w1_ledger    (id bigserial PRIMARY KEY, job_id bigint NOT NUL
 CREATE TABLE bench.w2_ledger    (LIKE bench.w1_ledger INCLUDING ALL);
 CREATE TABLE bench.w3_ledger    (LIKE bench.w1_ledger INCLUDING ALL);
 CREATE TABLE bench.floor_ledger (LIKE bench.w1_ledger INCLUDING ALL);
+CREATE TABLE bench.ceiling_ledger (LIKE bench.w1_ledger INCLUDING ALL);
 -- Target of the bare autocommit-INSERT latency reference (W2's floor).
 CREATE TABLE bench.commit_probe (LIKE bench.w1_ledger INCLUDING ALL);
 
@@ -107,5 +108,18 @@ BEGIN
         END LOOP;
         COMMIT;
         EXIT WHEN claimed = 0;
+    END LOOP;
+END $$;
+
+-- ---------------------------------------------------------------- the work alone
+-- W1's work with no queue at all: `jobs` ledger INSERTs in one transaction.
+-- FLOOR_WORKERS of these at once give the ceiling that no queue running W1 on
+-- this machine can pass.
+CREATE PROCEDURE bench.ceiling_worker(first bigint, jobs int)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO bench.floor_runs VALUES (pg_backend_pid(), clock_timestamp());
+    FOR i IN first .. first + jobs - 1 LOOP
+        INSERT INTO bench.ceiling_ledger (job_id, payload) VALUES (i, jsonb_build_object('n', i));
     END LOOP;
 END $$;

@@ -19,6 +19,8 @@
  *                       the last child is done (gen_durable: gd_spawn and its join;
  *                       the peers: a counter row the children decrement)
  *             backlog   enqueue N jobs due in a day (W5's waiting rows), no workers
+ *             work      (gdext only) W1's work alone: N ledger INSERTs from the
+ *                       worker's lanes as its handler does them, no queue
  *
  * Environment: BENCH_HOST (the server's socket dir), BENCH_PORT, NODE_PATH (the
  * node_modules with pg, pg-boss and graphile-worker) and the knobs below.
@@ -109,7 +111,7 @@ class GdExt {
 
   async setup() { /* peers.sql defined the FSMs */ }
 
-  async startWorkers() {
+  async startWorkers(workload) {
     const k = KNOBS.gdext;
     this.listener = await connect('listener');
     this.listener.on('notification', (m) => {
@@ -119,8 +121,26 @@ class GdExt {
     this.lanes = [];
     for (let i = 0; i < k.lanes; i++) {
       const c = await connect(`lane ${i}`);
-      this.lanes.push({ c, done: this.lane(c, `bench-node-${process.pid}-${i}`, k.batch) });
+      const done = workload === 'work' ? Promise.resolve() : this.lane(c, `bench-node-${process.pid}-${i}`, k.batch);
+      this.lanes.push({ c, done });
     }
+  }
+
+  // W1's work alone, as this worker does it but with no queue: n ledger
+  // INSERTs over the lanes, one round trip each, a commit per batch.
+  async workAlone(n) {
+    const k = KNOBS.gdext;
+    let next = 1;
+    await Promise.all(this.lanes.map(async ({ c }) => {
+      while (next <= n) {
+        await c.query('BEGIN');
+        for (let i = 0; i < k.batch && next <= n; i++) {
+          const id = next++;
+          await c.query(LEDGER_INSERT, [id, { n: id }]);
+        }
+        await c.query('COMMIT');
+      }
+    }));
   }
 
   sleepUntilWoken(ms) {
@@ -501,6 +521,7 @@ async function waitLedger(c, sql, target) {
 async function main() {
   const peer = { gdext: GdExt, pgboss: PgBossPeer, graphile: GraphilePeer, pgq: PgqPeer }[SYSTEM];
   if (!peer) throw new Error(`unknown system ${SYSTEM}`);
+  if (WORKLOAD === 'work' && SYSTEM !== 'gdext') throw new Error('the work-alone run is gdext\'s');
   const p = new peer();
   if (WORKLOAD === 'setup') {
     await p.setup();
@@ -540,11 +561,17 @@ async function main() {
   if (WORKLOAD === 'w2') {
     result = await p.w2(N);
   } else {
+    const serverNow = async () => (await probe.query('SELECT clock_timestamp() AS t')).rows[0].t.toISOString();
     const t0 = nowMs();
-    await p.enqueue(WORKLOAD, N);
+    let enqueuedAt;
+    if (WORKLOAD === 'work') {  // no queue: timed from the start of the work itself
+      enqueuedAt = await serverNow();
+      await p.workAlone(N);
+    } else {
+      await p.enqueue(WORKLOAD, N);
+      enqueuedAt = await serverNow();
+    }
     const enqueueS = (nowMs() - t0) / 1000;
-    const { rows } = await probe.query('SELECT clock_timestamp() AS t');
-    const enqueuedAt = rows[0].t.toISOString();
     let got;
     if (WORKLOAD === 'w4') {
       got = await waitLedger(probe, 'SELECT count(*) AS n FROM bench.peer_ledger WHERE job_id = -1', 1);
