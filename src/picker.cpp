@@ -25,7 +25,6 @@ extern "C" {
 
 namespace {
 
-SPIPlanPtr pick_plan = nullptr;
 SPIPlanPtr due_plan = nullptr;
 
 char *copy_text(HeapTuple tuple, TupleDesc desc, int column)
@@ -67,38 +66,71 @@ struct ResumePoint {
     TimestampTz since; /* when the scan last started from the front */
 };
 ResumePoint resume_point{};
-SPIPlanPtr resume_plan = nullptr;
 
 /* Back to the front at least this often: rows behind the resume point (a rolled-back round's) wait no longer. */
 constexpr int64 RESTART_US = 1000 * 1000;
 
-SPIPlanPtr prepare_pick(const char *after_resume_point, int nargs)
-{
-    Oid types[5] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, INT8OID};
-    return gd_prepare_kept(psprintf("SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at"
-                                    "  FROM gd.instances i"
-                                    " WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
-                                    "   AND i.eligible_at <= now() %s"
-                                    "   AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
-                                    " ORDER BY i.priority, i.eligible_at, i.id"
-                                    " LIMIT $2"
-                                    " FOR UPDATE OF i SKIP LOCKED",
-                                    after_resume_point),
-                           nargs, types);
-}
+/* The rows the pick index holds, of queue $1. */
+#define PICKABLE "i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
 
-/* Run one of the pick plans; the rows are in SPI_tuptable. */
-uint64 run_pick(bool after_resume_point, const char *queue, int limit)
+/* The priorities present in the pick index from the row after `key` (a
+ * (priority, eligible_at, id) row) on, ascending, one index descent each (a
+ * loose index scan).  Taking each priority's due rows on their own lets a
+ * scan stop at the priority's first future row: across priorities, the
+ * future rows of one lie before the due rows of the next, and a single scan
+ * of the index would walk through every scheduled row for each pick that
+ * finds fewer than it asks for.  The first descent goes straight to `key`,
+ * past the entries of the rows just run. */
+#define PRIORITIES_AFTER(key)                                                                                  \
+    "WITH RECURSIVE priorities(priority) AS ("                                                                 \
+    "  (SELECT i.priority FROM gd.instances i WHERE " PICKABLE " AND (i.priority, i.eligible_at, i.id) > " key \
+    "    ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)"                                                    \
+    "  UNION ALL"                                                                                              \
+    "  SELECT (SELECT i.priority FROM gd.instances i WHERE " PICKABLE " AND i.priority > p.priority"           \
+    "           ORDER BY i.priority LIMIT 1)"                                                                  \
+    "    FROM priorities p WHERE p.priority IS NOT NULL) "
+
+/* A key below every row's: ids are positive. */
+#define LOWEST_KEY "(-2147483648, '-infinity'::timestamptz, 0::bigint)"
+constexpr int32 LOWEST_PRIORITY = PG_INT32_MIN;
+constexpr int64 LOWEST_ID = 0;
+
+SPIPlanPtr pick_plan = nullptr;
+
+/* Lock up to $2 due rows, best first, after ($3, $4, $5) = (priority,
+ * eligible_at, id): the resume point, or the lowest key to start from the
+ * front.  The nested loop over ascending priorities yields rows in order, and
+ * the outer LIMIT stops it (and the locking) as soon as it has enough. */
+uint64 run_pick(const char *queue, int limit, int32 after_priority, TimestampTz after_eligible_at, int64 after_id)
 {
-    if (pick_plan == nullptr)
-        pick_plan = prepare_pick("", 2);
-    if (resume_plan == nullptr)
-        resume_plan = prepare_pick("AND (i.priority, i.eligible_at, i.id) > ($3, $4, $5)", 5);
-    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), Int32GetDatum(resume_point.priority),
-                     TimestampTzGetDatum(resume_point.eligible_at), Int64GetDatum(resume_point.id)};
-    if (gd_execute_kept(after_resume_point ? resume_plan : pick_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    if (pick_plan == nullptr) {
+        Oid types[5] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, INT8OID};
+        pick_plan = gd_prepare_kept(
+            PRIORITIES_AFTER("($3, $4, $5)")
+            "SELECT r.* FROM priorities p CROSS JOIN LATERAL ("
+            "  SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at FROM gd.instances i"
+            "   WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at <= now()"
+            "     AND (i.eligible_at, i.id) > (CASE WHEN p.priority = $3 THEN $4 ELSE '-infinity' END,"
+            "                                  CASE WHEN p.priority = $3 THEN $5 ELSE 0 END)"
+            "   ORDER BY i.eligible_at, i.id"
+            "   LIMIT $2"
+            "   FOR UPDATE OF i SKIP LOCKED) r"
+            " WHERE p.priority IS NOT NULL"
+            "   AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
+            " LIMIT $2",
+            5, types);
+    }
+    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), Int32GetDatum(after_priority),
+                     TimestampTzGetDatum(after_eligible_at), Int64GetDatum(after_id)};
+    if (gd_execute_kept(pick_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: pick failed");
     return SPI_processed;
+}
+
+/* A pick from the front of the index. */
+uint64 run_pick_from_front(const char *queue, int limit)
+{
+    return run_pick(queue, limit, LOWEST_PRIORITY, DT_NOBEGIN, LOWEST_ID);
 }
 
 } // namespace
@@ -109,10 +141,11 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     bool go_on = executor != nullptr;
     bool woken_by_new_work = go_on && pg_atomic_exchange_u32(&executor->new_work, 0) != 0;
     bool from_front = !(go_on && !woken_by_new_work && resume_point.valid && now - resume_point.since < RESTART_US);
-    uint64 count = run_pick(!from_front, queue, limit);
+    uint64 count = from_front ? run_pick_from_front(queue, limit)
+                              : run_pick(queue, limit, resume_point.priority, resume_point.eligible_at, resume_point.id);
     if (count == 0 && !from_front) {
         from_front = true; /* nothing after the resume point: look from the front */
-        count = run_pick(false, queue, limit);
+        count = run_pick_from_front(queue, limit);
     }
     if (from_front)
         resume_point.since = now;
@@ -140,22 +173,11 @@ TimestampTz gd_next_due(const char *queue)
 {
     if (due_plan == nullptr) {
         Oid types[1] = {TEXTOID};
-        /* The pick index is ordered by priority first: visit each priority
-         * present (a loose index scan) and take its first future row. */
+        /* Each priority's first future row. */
         due_plan = gd_prepare_kept(
-            "WITH RECURSIVE priorities(priority) AS ("
-            "  (SELECT i.priority FROM gd.instances i"
-            "    WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
-            "    ORDER BY i.priority LIMIT 1)"
-            "  UNION ALL"
-            "  SELECT (SELECT i.priority FROM gd.instances i"
-            "           WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
-            "             AND i.priority > p.priority"
-            "           ORDER BY i.priority LIMIT 1)"
-            "    FROM priorities p WHERE p.priority IS NOT NULL)"
+            PRIORITIES_AFTER(LOWEST_KEY)
             "SELECT min((SELECT i.eligible_at FROM gd.instances i"
-            "             WHERE i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
-            "               AND i.priority = p.priority AND i.eligible_at > now()"
+            "             WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at > now()"
             "             ORDER BY i.eligible_at LIMIT 1))"
             "  FROM priorities p WHERE p.priority IS NOT NULL",
             1, types);
