@@ -101,16 +101,35 @@ BEGIN
         PERFORM gd._bad_argument(format('max must be between 1 and 1000, got %s', coalesce(claim_max::text, 'NULL')));
     END IF;
     RETURN QUERY
-    WITH picked AS MATERIALIZED (
-        SELECT i.id, i.rate_limit, i.weight, s.rate_limit AS step_rate_limit, clock_timestamp() AS claimed_at
-          FROM gd.instances i
-          LEFT JOIN gd.steps s ON s.fsm = i.fsm AND s.version = i.version AND s.step = i.step
-         WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
-           AND i.eligible_at <= now()
+    -- The priorities present, one index descent each (a loose index scan),
+    -- and each priority's due rows on their own: a scan of the whole index
+    -- would walk through every scheduled row whenever fewer than `max` are
+    -- due (the future rows of one priority lie before the due rows of the next).
+    WITH RECURSIVE priorities(priority) AS (
+        (SELECT i.priority FROM gd.instances i
+          WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
+          ORDER BY i.priority LIMIT 1)
+        UNION ALL
+        SELECT (SELECT i.priority FROM gd.instances i
+                 WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
+                   AND i.priority > p.priority
+                 ORDER BY i.priority LIMIT 1)
+          FROM priorities p WHERE p.priority IS NOT NULL),
+    due AS MATERIALIZED (
+        SELECT r.* FROM priorities p CROSS JOIN LATERAL (
+            SELECT i.id, i.fsm, i.version, i.step, i.rate_limit, i.weight FROM gd.instances i
+             WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
+               AND i.priority = p.priority AND i.eligible_at <= now()
+             ORDER BY i.eligible_at, i.id
+             LIMIT claim_max
+               FOR UPDATE OF i SKIP LOCKED) r
+         WHERE p.priority IS NOT NULL
            AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = claim_queue AND q.paused)
-         ORDER BY i.priority, i.eligible_at, i.id
-         LIMIT claim_max
-           FOR UPDATE OF i SKIP LOCKED),
+         LIMIT claim_max),
+    picked AS MATERIALIZED (
+        SELECT d.id, d.rate_limit, d.weight, s.rate_limit AS step_rate_limit, clock_timestamp() AS claimed_at
+          FROM due d
+          LEFT JOIN gd.steps s ON s.fsm = d.fsm AND s.version = d.version AND s.step = d.step),
     -- Rate limits: a step without its tokens stays runnable, pushed back until they are there.
     admitted AS MATERIALIZED (
         SELECT p.id, p.claimed_at FROM picked p
