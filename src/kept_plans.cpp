@@ -16,6 +16,10 @@
  * planned without nested loops and merge joins too: from an empty table's
  * statistics the planner nests the array inside the row scan, reading it
  * again for every row (n² for a batch of n; W1 ran at half speed).
+ * And none is compiled by the JIT: a generic plan's LIMIT $n is costed as a
+ * tenth of its input, so with a large backlog every pick's plan looks
+ * expensive enough to compile, 20 ms each time, for a statement that reads
+ * a few rows.  (Planning decides it, and it happens under these settings.)
  */
 #include "executor.hpp"
 
@@ -34,7 +38,7 @@ SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
 
 namespace {
 
-void planner_off(const char *setting)
+void turn_off(const char *setting)
 {
     (void) set_config_option(setting, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 }
@@ -45,10 +49,11 @@ int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_o
 {
     /* Undone by AtEOXact_GUC below, or by the (sub)transaction's abort if the statement raises. */
     int nest_level = NewGUCNestLevel();
-    planner_off("enable_seqscan");
+    turn_off("enable_seqscan");
+    turn_off("jit");
     if (joins == KeptJoins::hashed) {
-        planner_off("enable_nestloop");
-        planner_off("enable_mergejoin");
+        turn_off("enable_nestloop");
+        turn_off("enable_mergejoin");
     }
     int result = SPI_execute_plan(plan, args, nulls, read_only, count);
     AtEOXact_GUC(true, nest_level);

@@ -86,7 +86,7 @@ END $$;
 -- caller commits.  A paused queue yields nothing.
 CREATE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     claim_queue text := gd_claim.queue;
     claim_worker text := gd_claim.worker;
@@ -154,7 +154,7 @@ END $$;
 -- Extend a claim's lease to `extend` from now (default: the length the lease
 -- was given).  False when the token no longer owns the row.
 CREATE FUNCTION @extschema@.gd_heartbeat(id bigint, lease_token bigint, extend interval DEFAULT NULL)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 BEGIN
     PERFORM gd._check_claim(id, lease_token);
     PERFORM gd._check_lease(extend, 'extend');
@@ -169,7 +169,7 @@ END $$;
 -- once, in its old place, no attempt counted.  False when the token no
 -- longer owns the row.
 CREATE FUNCTION @extschema@.gd_release(id bigint, lease_token bigint)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
+RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 BEGIN
     PERFORM gd._check_claim(id, lease_token);
     UPDATE gd.instances i
