@@ -73,22 +73,25 @@ constexpr int64 RESTART_US = 1000 * 1000;
 /* The rows the pick index holds, of queue $1. */
 #define PICKABLE "i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
 
-/* The priorities present in the pick index from the row after `key` (a
- * (priority, eligible_at, id) row) on, ascending, one index descent each (a
- * loose index scan).  Taking each priority's due rows on their own lets a
+/* The first row of each priority in the pick index from the row after `key`
+ * (a (priority, eligible_at, id) row) on, ascending, one index descent each
+ * (a loose index scan).  Taking each priority's due rows on their own lets a
  * scan stop at the priority's first future row: across priorities, the
  * future rows of one lie before the due rows of the next, and a single scan
  * of the index would walk through every scheduled row for each pick that
- * finds fewer than it asks for.  The first descent goes straight to `key`,
- * past the entries of the rows just run. */
-#define PRIORITIES_AFTER(key)                                                                                  \
-    "WITH RECURSIVE priorities(priority) AS ("                                                                 \
-    "  (SELECT i.priority FROM gd.instances i WHERE " PICKABLE " AND (i.priority, i.eligible_at, i.id) > " key \
+ * finds fewer than it asks for.  Each priority's scan starts at the row its
+ * descent found: the entries before it (rows just run, kept by a held MVCC
+ * horizon) are walked once, not twice.  The first descent goes straight to
+ * `key`, past the entries of the rows just run. */
+#define FIRST_ROWS_AFTER(key)                                                                                  \
+    "WITH RECURSIVE firsts(priority, eligible_at, id) AS ("                                                    \
+    "  (SELECT i.priority, i.eligible_at, i.id FROM gd.instances i"                                            \
+    "    WHERE " PICKABLE " AND (i.priority, i.eligible_at, i.id) > " key                                      \
     "    ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)"                                                    \
     "  UNION ALL"                                                                                              \
-    "  SELECT (SELECT i.priority FROM gd.instances i WHERE " PICKABLE " AND i.priority > p.priority"           \
-    "           ORDER BY i.priority LIMIT 1)"                                                                  \
-    "    FROM priorities p WHERE p.priority IS NOT NULL) "
+    "  SELECT n.* FROM firsts p CROSS JOIN LATERAL ("                                                          \
+    "    SELECT i.priority, i.eligible_at, i.id FROM gd.instances i WHERE " PICKABLE " AND i.priority > p.priority" \
+    "     ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n) "
 
 /* A key below every row's: ids are positive. */
 #define LOWEST_KEY "(-2147483648, '-infinity'::timestamptz, 0::bigint)"
@@ -106,17 +109,15 @@ uint64 run_pick(const char *queue, int limit, int32 after_priority, TimestampTz 
     if (pick_plan == nullptr) {
         Oid types[5] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, INT8OID};
         pick_plan = gd_prepare_kept(
-            PRIORITIES_AFTER("($3, $4, $5)")
-            "SELECT r.* FROM priorities p CROSS JOIN LATERAL ("
+            FIRST_ROWS_AFTER("($3, $4, $5)")
+            "SELECT r.* FROM firsts p CROSS JOIN LATERAL ("
             "  SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at FROM gd.instances i"
             "   WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at <= now()"
-            "     AND (i.eligible_at, i.id) > (CASE WHEN p.priority = $3 THEN $4 ELSE '-infinity' END,"
-            "                                  CASE WHEN p.priority = $3 THEN $5 ELSE 0 END)"
+            "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)"
             "   ORDER BY i.eligible_at, i.id"
             "   LIMIT $2"
             "   FOR UPDATE OF i SKIP LOCKED) r"
-            " WHERE p.priority IS NOT NULL"
-            "   AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
+            " WHERE NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
             " LIMIT $2",
             5, types);
     }
@@ -175,11 +176,11 @@ TimestampTz gd_next_due(const char *queue)
         Oid types[1] = {TEXTOID};
         /* Each priority's first future row. */
         due_plan = gd_prepare_kept(
-            PRIORITIES_AFTER(LOWEST_KEY)
+            FIRST_ROWS_AFTER(LOWEST_KEY)
             "SELECT min((SELECT i.eligible_at FROM gd.instances i"
             "             WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at > now()"
             "             ORDER BY i.eligible_at LIMIT 1))"
-            "  FROM priorities p WHERE p.priority IS NOT NULL",
+            "  FROM firsts p",
             1, types);
     }
     Datum args[1] = {CStringGetTextDatum(queue)};

@@ -101,30 +101,32 @@ BEGIN
         PERFORM gd._bad_argument(format('max must be between 1 and 1000, got %s', coalesce(claim_max::text, 'NULL')));
     END IF;
     RETURN QUERY
-    -- The priorities present, one index descent each (a loose index scan),
-    -- and each priority's due rows on their own: a scan of the whole index
-    -- would walk through every scheduled row whenever fewer than `max` are
-    -- due (the future rows of one priority lie before the due rows of the next).
-    WITH RECURSIVE priorities(priority) AS (
-        (SELECT i.priority FROM gd.instances i
+    -- The first row of each priority, one index descent each (a loose index
+    -- scan), and each priority's due rows on their own from there: a scan of
+    -- the whole index would walk through every scheduled row whenever fewer
+    -- than `max` are due (the future rows of one priority lie before the due
+    -- rows of the next), and a scan of each priority from its front would
+    -- walk the entries a held MVCC horizon keeps there twice.
+    WITH RECURSIVE firsts(priority, eligible_at, id) AS (
+        (SELECT i.priority, i.eligible_at, i.id FROM gd.instances i
           WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
-          ORDER BY i.priority LIMIT 1)
+          ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)
         UNION ALL
-        SELECT (SELECT i.priority FROM gd.instances i
-                 WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
-                   AND i.priority > p.priority
-                 ORDER BY i.priority LIMIT 1)
-          FROM priorities p WHERE p.priority IS NOT NULL),
+        SELECT n.* FROM firsts p CROSS JOIN LATERAL (
+            SELECT i.priority, i.eligible_at, i.id FROM gd.instances i
+             WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
+               AND i.priority > p.priority
+             ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n),
     due AS MATERIALIZED (
-        SELECT r.* FROM priorities p CROSS JOIN LATERAL (
+        SELECT r.* FROM firsts p CROSS JOIN LATERAL (
             SELECT i.id, i.fsm, i.version, i.step, i.rate_limit, i.weight FROM gd.instances i
              WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
                AND i.priority = p.priority AND i.eligible_at <= now()
+               AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)
              ORDER BY i.eligible_at, i.id
              LIMIT claim_max
                FOR UPDATE OF i SKIP LOCKED) r
-         WHERE p.priority IS NOT NULL
-           AND NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = claim_queue AND q.paused)
+         WHERE NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = claim_queue AND q.paused)
          LIMIT claim_max),
     picked AS MATERIALIZED (
         SELECT d.id, d.rate_limit, d.weight, s.rate_limit AS step_rate_limit, clock_timestamp() AS claimed_at
