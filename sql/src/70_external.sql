@@ -122,7 +122,9 @@ BEGIN
             SELECT i.id, i.fsm, i.version, i.step, i.rate_limit, i.weight FROM gd.instances i
              WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
                AND i.priority = p.priority AND i.eligible_at <= now()
-               AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)
+               -- (priority first: no index of eligible_at alone can take it, and
+               -- sort a whole backlog after all, as from an empty table's statistics)
+               AND (i.priority, i.eligible_at, i.id) >= (p.priority, p.eligible_at, p.id)
              ORDER BY i.eligible_at, i.id
              LIMIT claim_max
                FOR UPDATE OF i SKIP LOCKED) r
