@@ -113,7 +113,7 @@ uint64 run_pick(const char *queue, int limit, int32 after_priority, TimestampTz 
             "SELECT r.* FROM firsts p CROSS JOIN LATERAL ("
             "  SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at FROM gd.instances i"
             "   WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at <= now()"
-            "     AND (i.priority, i.eligible_at, i.id) >= (p.priority, p.eligible_at, p.id)"
+            "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)"
             "   ORDER BY i.eligible_at, i.id"
             "   LIMIT $2"
             "   FOR UPDATE OF i SKIP LOCKED) r"

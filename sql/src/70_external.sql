@@ -21,9 +21,14 @@ CREATE SEQUENCE gd.lease_tokens;
 -- gd_claim's pick: runnable external steps of a queue, best first.
 CREATE INDEX instances_claim ON gd.instances (queue, priority, eligible_at, id)
     WHERE status = 'runnable' AND external AND NOT gated;
--- The reaper: leases soonest to expire, and external work soonest to come due.
+-- The reaper: leases soonest to expire, and external work soonest to come
+-- due.  Only work scheduled past its own commit is the reaper's to announce
+-- (the rest was announced at commit); and a claim, which does not ask for
+-- that, cannot be planned on this index (from an empty table's statistics
+-- the planner read a claim's whole backlog through it, and sorted it).
 CREATE INDEX instances_lease ON gd.instances (lease_expires_at) WHERE status = 'executing';
-CREATE INDEX instances_external_due ON gd.instances (eligible_at) WHERE status = 'runnable' AND external;
+CREATE INDEX instances_external_due ON gd.instances (eligible_at)
+    WHERE status = 'runnable' AND external AND eligible_at > updated_at;
 
 -- Up to when the reaper has announced scheduled external work (one row).
 CREATE TABLE gd.external_due_announced (until timestamptz NOT NULL);
@@ -122,9 +127,7 @@ BEGIN
             SELECT i.id, i.fsm, i.version, i.step, i.rate_limit, i.weight FROM gd.instances i
              WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
                AND i.priority = p.priority AND i.eligible_at <= now()
-               -- (priority first: no index of eligible_at alone can take it, and
-               -- sort a whole backlog after all, as from an empty table's statistics)
-               AND (i.priority, i.eligible_at, i.id) >= (p.priority, p.eligible_at, p.id)
+               AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)
              ORDER BY i.eligible_at, i.id
              LIMIT claim_max
                FOR UPDATE OF i SKIP LOCKED) r
@@ -245,5 +248,6 @@ BEGIN
     RETURN least((SELECT min(i.lease_expires_at) FROM gd.instances i
                    WHERE i.status = 'executing' AND i.lease_expires_at >= now()),
                  (SELECT min(i.eligible_at) FROM gd.instances i
-                   WHERE i.status = 'runnable' AND i.external AND i.eligible_at > now()));
+                   WHERE i.status = 'runnable' AND i.external AND i.eligible_at > i.updated_at
+                     AND i.eligible_at > now()));
 END $$;
