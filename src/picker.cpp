@@ -93,10 +93,10 @@ constexpr int64 RESTART_US = 1000 * 1000;
     "    SELECT i.priority, i.eligible_at, i.id FROM gd.instances i WHERE " PICKABLE " AND i.priority > p.priority" \
     "     ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n) "
 
-/* A key below every row's: ids are positive. */
-#define LOWEST_KEY "(-2147483648, '-infinity'::timestamptz, 0::bigint)"
+/* A key below every row's (its id is the lowest bigint, which no sequence hands out). */
+#define LOWEST_KEY "(-2147483648, '-infinity'::timestamptz, '-9223372036854775808'::bigint)"
 constexpr int32 LOWEST_PRIORITY = PG_INT32_MIN;
-constexpr int64 LOWEST_ID = 0;
+constexpr int64 LOWEST_ID = PG_INT64_MIN;
 
 SPIPlanPtr pick_plan = nullptr;
 

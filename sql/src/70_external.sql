@@ -22,10 +22,11 @@ CREATE SEQUENCE gd.lease_tokens;
 CREATE INDEX instances_claim ON gd.instances (queue, priority, eligible_at, id)
     WHERE status = 'runnable' AND external AND NOT gated;
 -- The reaper: leases soonest to expire, and external work soonest to come
--- due.  Only work scheduled past its own commit is the reaper's to announce
--- (the rest was announced at commit); and a claim, which does not ask for
--- that, cannot be planned on this index (from an empty table's statistics
--- the planner read a claim's whole backlog through it, and sorted it).
+-- due.  Only work scheduled past its last change is the reaper's to announce
+-- (work eligible by then was announced at that change's commit); and a
+-- claim, which does not ask for that, cannot be planned on this index (from
+-- an empty table's statistics the planner read a claim's whole backlog
+-- through it, and sorted it).
 CREATE INDEX instances_lease ON gd.instances (lease_expires_at) WHERE status = 'executing';
 CREATE INDEX instances_external_due ON gd.instances (eligible_at)
     WHERE status = 'runnable' AND external AND eligible_at > updated_at;
@@ -48,12 +49,15 @@ CREATE FUNCTION gd._notify_work_on_commit(queue text) RETURNS void
 CREATE FUNCTION gd._external_work_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_external_work_changed';
 
+-- (Work waiting for room under its concurrency key is not claimable: it is
+-- announced when admitted.)
 CREATE TRIGGER external_work_inserted AFTER INSERT ON gd.instances
-    FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external)
+    FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external AND NOT NEW.gated)
     EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
 CREATE TRIGGER external_work_updated AFTER UPDATE ON gd.instances
-    FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external
-                       AND (OLD.status <> 'runnable' OR NOT OLD.external OR OLD.eligible_at <> NEW.eligible_at))
+    FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external AND NOT NEW.gated
+                       AND (OLD.status <> 'runnable' OR NOT OLD.external OR OLD.gated
+                            OR OLD.eligible_at <> NEW.eligible_at))
     EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
 -- A resumed queue: its external work can be claimed again.
 CREATE TRIGGER external_queue_resumed AFTER UPDATE ON gd.queues
@@ -212,9 +216,9 @@ CREATE FUNCTION gd._reclaim_leases(batch int) RETURNS int
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_reclaim_leases';
 
 -- NOTIFY the queues whose scheduled external work came due since the last
--- announcement.  Work eligible at its own commit was announced then (its
--- eligible_at is not after its updated_at); the second of overlap covers a
--- row committed just after the previous announcement looked.
+-- announcement.  Work whose eligible_at is not after its updated_at was
+-- eligible at the commit of that change, and announced then; the second of
+-- overlap covers a row committed just after the previous announcement looked.
 CREATE FUNCTION gd._announce_due_external() RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
