@@ -124,10 +124,12 @@ CREATE TRIGGER fsm_in_use_truncate BEFORE TRUNCATE ON gd.fsms
 -- Statistics taken while a queue was empty make a sequential scan look free,
 -- and a plan kept from them scans the whole table per call once the backlog
 -- arrives; so the engine's own statements (src/kept_plans.cpp) and the API
--- functions that find instances run with SET enable_seqscan = off.  And with
--- jit = off: a generic plan's LIMIT $n is costed as a tenth of the rows, so
--- with a large backlog every call of a statement that touches a few rows
--- would compile itself with LLVM first (20 ms a pick with 1,000,000 waiting).
+-- functions that find instances run with SET enable_seqscan = off.  The
+-- engine's statements, gd_claim and gd_cancel also with jit = off: a generic
+-- plan's LIMIT $n is costed as a tenth of the rows (a recursive walk of a
+-- tree, as many), so with a large backlog every call of a statement that
+-- touches a few rows would compile itself with LLVM first (20 ms a pick with
+-- 1,000,000 waiting).  The others read rows by id: never that costly.
 
 -- The executors' pick: runnable in-database steps of a queue, best first.
 CREATE INDEX instances_pick ON gd.instances (queue, priority, eligible_at, id)

@@ -31,7 +31,7 @@ END $$;
 
 CREATE FUNCTION @extschema@.gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
                                       dedup_key text DEFAULT NULL)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     inst gd.instances;
@@ -70,7 +70,7 @@ END $$;
 -- Signal by correlation key: the instance holding the key in its scope.
 CREATE FUNCTION @extschema@.gd_signal(target text, name text, payload jsonb DEFAULT '{}',
                                       dedup_key text DEFAULT NULL)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_variable
 DECLARE
     holder bigint;
@@ -153,7 +153,7 @@ END $$;
 
 -- A failed instance runs again at the step that failed, attempts reset.
 CREATE FUNCTION @extschema@.gd_retry(id bigint) RETURNS boolean
-LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     revived gd.instances;
 BEGIN

@@ -165,7 +165,7 @@ END $$;
 -- Extend a claim's lease to `extend` from now (default: the length the lease
 -- was given).  False when the token no longer owns the row.
 CREATE FUNCTION @extschema@.gd_heartbeat(id bigint, lease_token bigint, extend interval DEFAULT NULL)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
     PERFORM gd._check_claim(id, lease_token);
     PERFORM gd._check_lease(extend, 'extend');
@@ -180,7 +180,7 @@ END $$;
 -- once, in its old place, no attempt counted.  False when the token no
 -- longer owns the row.
 CREATE FUNCTION @extschema@.gd_release(id bigint, lease_token bigint)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
     PERFORM gd._check_claim(id, lease_token);
     UPDATE gd.instances i

@@ -1,5 +1,5 @@
 # The engine's statements are never compiled by the JIT (src/kept_plans.cpp,
-# the SET clauses of gd_claim & co): a generic plan's LIMIT $n is costed as a
+# the SET clauses of gd_claim and gd_cancel): a generic plan's LIMIT $n is costed as a
 # tenth of the rows, so with a backlog every pick looked worth compiling, and
 # compiling took longer than running it many times over (20 ms a pick with
 # 1,000,000 rows waiting).  Here jit_above_cost is low enough for a backlog
@@ -63,6 +63,9 @@ for my $round (1 .. 5)
 		                       ARRAY(SELECT gd_done() FROM c ORDER BY id))});
 }
 is($completed, 50, 'the external steps were claimed and completed');
+# gd_cancel walks the instance's tree of descendants.
+is($node->safe_psql('postgres', q{SELECT gd_cancel(min(id)) FROM gd.instances WHERE fsm = 'outside' AND status = 'runnable'}),
+	't', 'a scheduled instance was cancelled');
 
 my $compiled = $node->safe_psql('postgres', q{
 	SELECT string_agg(left(regexp_replace(query, '\s+', ' ', 'g'), 120) || ' (' || jit_functions || ' functions)', E'\n')
