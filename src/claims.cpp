@@ -118,8 +118,8 @@ struct Completion {
     bool completed; /* set by complete_claims */
 };
 
-/* Apply one owned claim's outcome; its transition joins the completions' batch. */
-void complete_claim(const ClaimedRow &claimed, HeapTupleHeader outcome)
+/* Apply one owned claim's outcome, produced by `caller`; its transition joins the completions' batch. */
+void complete_claim(const ClaimedRow &claimed, HeapTupleHeader outcome, Oid caller)
 {
     const PickedInstance &row = claimed.row;
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
@@ -128,7 +128,7 @@ void complete_claim(const ClaimedRow &claimed, HeapTupleHeader outcome)
         t = undefined_step_transition(row);
     } else {
         const StepDefinition def = *found; /* the cache may be emptied by what follows */
-        t = gd_outcome_transition(row, def, outcome);
+        t = gd_outcome_transition(row, def, outcome, caller);
     }
     gd_prepare_transition(row.id, t);
     gd_write_transition_batched(completions, row.id, t);
@@ -137,12 +137,14 @@ void complete_claim(const ClaimedRow &claimed, HeapTupleHeader outcome)
 }
 
 /*
- * Complete the claims still owned by their tokens, in one lock and one UPDATE
- * (plain transitions); the others' outcomes are dropped as stale.  A claim
- * named twice completes once.  A bad outcome raises and changes nothing.
+ * Complete the claims still owned by their tokens, of instances the API's
+ * caller may use, in one lock and one UPDATE (plain transitions); the
+ * others' outcomes are dropped as stale.  A claim named twice completes
+ * once.  A bad outcome raises and changes nothing.
  */
 void complete_claims(Completion *claims, int n)
 {
+    Oid caller = gd_api_caller();
     Datum *ids = static_cast<Datum *>(palloc(sizeof(Datum) * n));
     Datum *tokens = static_cast<Datum *>(palloc(sizeof(Datum) * n));
     for (int k = 0; k < n; k++) {
@@ -152,18 +154,19 @@ void complete_claims(Completion *claims, int n)
     }
     SPI_connect();
     if (owned_plan == nullptr) {
-        Oid types[2] = {INT8ARRAYOID, INT8ARRAYOID};
+        Oid types[3] = {INT8ARRAYOID, INT8ARRAYOID, OIDOID};
         /* By the primary key alone (= ANY: whatever the join order): a
          * status test here could make the planner walk every lease. */
         owned_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS ", c.ord::int, i.status = 'executing'"
                                      "  FROM unnest($1, $2) WITH ORDINALITY AS c(id, token, ord)"
-                                     "  JOIN gd.instances i ON i.id = c.id AND i.lease_token = c.token"
-                                     " WHERE i.id = ANY ($1)"
+                                     "  JOIN gd._instances i ON i.id = c.id AND i.lease_token = c.token"
+                                     " WHERE i.id = ANY ($1) AND gd._may_use_instance($3, i.owner, i.fsm)"
                                      " ORDER BY i.id, c.ord FOR UPDATE OF i",
-                                     2, types);
+                                     3, types);
     }
-    Datum args[2] = {PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)),
-                     PointerGetDatum(construct_array(tokens, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE))};
+    Datum args[3] = {PointerGetDatum(construct_array(ids, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)),
+                     PointerGetDatum(construct_array(tokens, n, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)),
+                     ObjectIdGetDatum(caller)};
     if (gd_execute_kept(owned_plan, args, nullptr, false, 0, KeptJoins::hashed) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up %d claim%s failed", n, n == 1 ? "" : "s");
     SPITupleTable *owned = SPI_tuptable; /* kept: the transitions run statements of their own */
@@ -179,7 +182,7 @@ void complete_claims(Completion *claims, int n)
             continue; /* named again: the first naming completed it */
         previous_id = claimed.row.id;
         int k = DatumGetInt32(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 3, &isnull)) - 1;
-        complete_claim(claimed, claims[k].outcome);
+        complete_claim(claimed, claims[k].outcome, caller);
         claims[k].completed = true;
     }
     gd_flush_transitions(completions);
@@ -286,7 +289,7 @@ Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
     if (expired_plan == nullptr) {
         Oid types[1] = {INT4OID};
         expired_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS
-                                       "  FROM gd.instances i"
+                                       "  FROM gd._instances i"
                                        " WHERE i.status = 'executing' AND i.lease_expires_at < now()"
                                        " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
                                        1, types);

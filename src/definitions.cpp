@@ -1,7 +1,7 @@
 /*
  * definitions.cpp — a backend-local cache of step definitions, so the
- * executor does no catalog look-up per step.  Any change to gd.fsms or
- * gd.steps fires a statement trigger that invalidates the relation's relcache
+ * executor does no catalog look-up per step.  Any change to gd._fsms or
+ * gd._steps fires a statement trigger that invalidates the relation's relcache
  * entry; the invalidation reaches every backend at commit and empties its
  * cache.
  */
@@ -82,14 +82,14 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
                                 "       (least(extract(epoch FROM s.max_backoff), 3162240000) * 1000000)::int8,"
                                 "       coalesce(least(extract(epoch FROM s.timeout) * 1000, 2147483647), 0)::int4,"
                                 "       s.rate_limit"
-                                "  FROM gd.steps s JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version"
+                                "  FROM gd._steps s JOIN gd._fsms f ON f.name = s.fsm AND f.version = s.version"
                                 " WHERE s.fsm = $1 AND s.version = $2 AND s.step = $3",
                                 3, types);
     }
     if (fsms_relid == InvalidOid) {
         Oid gd_namespace = get_namespace_oid("gd", false);
-        fsms_relid = get_relname_relid("fsms", gd_namespace);
-        steps_relid = get_relname_relid("steps", gd_namespace);
+        fsms_relid = get_relname_relid("_fsms", gd_namespace);
+        steps_relid = get_relname_relid("_steps", gd_namespace);
     }
     Datum args[3] = {CStringGetTextDatum(fsm), Int32GetDatum(version), CStringGetTextDatum(step)};
     if (gd_execute_kept(load_plan, args, nullptr, true, 1) != SPI_OK_SELECT)
@@ -144,7 +144,7 @@ extern "C" {
 
 PG_FUNCTION_INFO_V1(gd_definitions_changed);
 
-/* Statement trigger on gd.fsms and gd.steps: executors drop their caches at commit. */
+/* Statement trigger on gd._fsms and gd._steps: executors drop their caches at commit. */
 Datum gd_definitions_changed(PG_FUNCTION_ARGS)
 {
     if (!CALLED_AS_TRIGGER(fcinfo))

@@ -42,13 +42,14 @@ struct PickedInstance {
     char *concurrency_key; /* nullptr when none */
     char *rate_limit;      /* the instance's rate limit key, nullptr when none */
     int weight;            /* tokens a step takes */
+    Oid owner;             /* the FSM's owner: whose key spaces the instance's keys are in */
 };
 
-/* The columns gd_read_instance reads, in its order, for queries on gd.instances i. */
+/* The columns gd_read_instance reads, in its order, for queries on gd._instances i. */
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
-    "i.concurrency_key, i.rate_limit, i.weight"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 12;
+    "i.concurrency_key, i.rate_limit, i.weight, i.owner"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 13;
 
 /* The engine's own statements (kept_plans.cpp): prepare one once (a kept,
  * generic plan), and run it as SPI_execute_plan would, planned for the indexes. */
@@ -58,8 +59,7 @@ SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types);
 enum class KeptJoins { planner_choice, hashed };
 int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count,
                     KeptJoins joins = KeptJoins::planner_choice);
-/* Read columns id, fsm, version, step, state, attempt, correlation_key,
- * parent_id, resume (in that order) into `row`, copied into CurrentMemoryContext. */
+/* Read the columns of GD_INSTANCE_COLUMNS (in that order) into `row`, copied into CurrentMemoryContext. */
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);
 /* Lock up to `limit` runnable in-database steps of the queue, best first;
  * the rows are copied into `into`.  An executor's picks (`executor` given)
@@ -79,11 +79,13 @@ struct Transition {
     Datum error;             /* 0: NULL */
     bool external;
     int64 parent_id;         /* the instance's parent (0: none): woken when this one ends */
+    Oid owner;               /* the instance's owner, in whose key space its concurrency key is */
     const char *concurrency_key; /* the instance's key (nullptr: none): room is made when it stops running */
     Datum wait_names;        /* awaiting_signal: text[] of names */
     TimestampTz wait_deadline; /* awaiting_signal: 0 for no timeout */
     const char *then_step;   /* awaiting_*: the step to resume at */
     Datum children;          /* awaiting_children: jsonb array of insert options */
+    Oid spawn_role;          /* awaiting_children: whose rights the children are inserted with */
     int spawned;             /* awaiting_children: how many children were inserted */
     bool keep_resume;        /* a retry: the step runs again with the same ctx signals/children */
     StatEvent event;         /* the step event to count (StatEvent::count_: none) */
@@ -93,8 +95,11 @@ struct Transition {
 /*
  * Validate a handler's gd.outcome and return the instance's transition;
  * raises 22023 for a bad outcome (the caller counts it as a failed attempt).
+ * `outcome_role` produced it (the FSM's owner, or the completing worker's
+ * role): a spawn's children are inserted with its rights.
  */
-Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome);
+Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome,
+                                 Oid outcome_role);
 /*
  * Writing a transition comes in two halves.  gd_prepare_transition does what
  * may fail on the handler's account (a spawn inserts its children, which may
@@ -145,6 +150,19 @@ Transition gd_final_transition(const PickedInstance &row, const char *status, Da
 void gd_notify_external_at_commit(const char *queue);
 /* {"sqlstate", "message", "detail", "step", "attempt"} for an error raised by a step. */
 Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
+
+/* Calling a handler (handler_call.cpp): look up the types a call needs, once per batch. */
+void gd_prepare_handler_calls();
+/*
+ * Call the step's handler with (state, ctx) as the FSM's owner, isolated
+ * from the engine and other tenants; returns its outcome, or raises (the
+ * caller's subtransaction rolls its effects back).
+ */
+HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition &def, const char *queue);
+/* Drop what a handler may leave in the session even when it raised (advisory locks, prepared statements). */
+void gd_forget_handler_session_state();
+/* False in a session with temporary objects, which a handler's unqualified names would find. */
+bool gd_session_may_run_handlers();
 
 /*
  * Take the tokens a step needs from its rate limits (the instance's and the

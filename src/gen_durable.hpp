@@ -119,6 +119,17 @@ void gd_wake_reaper_at_commit();
 void gd_register_xact_callback();
 void gd_register_await_cleanup(); /* await.cpp */
 
+/* ---- the API's door (door.cpp) ------------------------------------------ */
+
+/* The role that called the API door being run (raises outside any door). */
+Oid gd_api_caller();
+/*
+ * A new GUC nest level with search_path pinned to pg_catalog, pg_temp, for
+ * code running with the engine's rights; the caller ends it with
+ * AtEOXact_GUC(true, level).
+ */
+int gd_pin_search_path();
+
 /* ---- background workers ------------------------------------------------- */
 
 void gd_register_launcher();   /* launcher.cpp */

@@ -2,7 +2,7 @@
  * kept_plans.cpp — the engine's own SQL statements: prepared once per
  * backend, kept, generic, and planned for gen_durable's indexes.
  *
- * Every statement here is written for an index on gd.instances (the pick
+ * Every statement here is written for an index on gd._instances (the pick
  * index, the primary key, a partial index per duty), so its best plan does
  * not depend on its parameters: one generic plan saves planning per call.
  * But a plan is made from the table's statistics when it is first used or
@@ -20,20 +20,14 @@
  * tenth of its input, so with a large backlog every pick's plan looks
  * expensive enough to compile, 20 ms each time, for a statement that reads
  * a few rows.  (Planning decides it, and it happens under these settings.)
+ * And every one runs, and is prepared, with search_path pinned to
+ * pg_catalog, pg_temp: the engine runs as a superuser, so no name in its
+ * statements may resolve to an object a user made.
  */
 #include "executor.hpp"
 
 extern "C" {
 #include "utils/guc.h"
-}
-
-SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
-{
-    SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
-    if (plan == nullptr)
-        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-    SPI_keepplan(plan);
-    return plan;
 }
 
 namespace {
@@ -45,10 +39,22 @@ void turn_off(const char *setting)
 
 } // namespace
 
+SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
+{
+    /* Prepared under the path it runs under, or every run would plan it again. */
+    int nest_level = gd_pin_search_path();
+    SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
+    AtEOXact_GUC(true, nest_level);
+    if (plan == nullptr)
+        elog(ERROR, "gen_durable: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+    SPI_keepplan(plan);
+    return plan;
+}
+
 int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count, KeptJoins joins)
 {
     /* Undone by AtEOXact_GUC below, or by the (sub)transaction's abort if the statement raises. */
-    int nest_level = NewGUCNestLevel();
+    int nest_level = gd_pin_search_path();
     turn_off("enable_seqscan");
     turn_off("jit");
     if (joins == KeptJoins::hashed) {

@@ -2,7 +2,7 @@
  * notify.cpp — NOTIFY gd_work, '<queue>' for external workers, at the commit
  * of whatever makes external work runnable now.
  *
- * Row triggers on gd.instances (and gd.queues, for a resumed queue) record
+ * Row triggers on gd._instances (and gd._queues, for a resumed queue) record
  * the queue and when the work becomes eligible.  Just before commit
  * (XACT_EVENT_PRE_COMMIT, which runs before PostgreSQL queues the
  * transaction's notifications) each recorded queue whose work is eligible by

@@ -53,6 +53,7 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.concurrency_key = copy_text(tuple, desc, 10);
     row.rate_limit = copy_text(tuple, desc, 11);
     row.weight = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
+    row.owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 13, &isnull));
 }
 
 namespace {
@@ -85,12 +86,12 @@ constexpr int64 RESTART_US = 1000 * 1000;
  * `key`, past the entries of the rows just run. */
 #define FIRST_ROWS_AFTER(key)                                                                                  \
     "WITH RECURSIVE firsts(priority, eligible_at, id) AS ("                                                    \
-    "  (SELECT i.priority, i.eligible_at, i.id FROM gd.instances i"                                            \
+    "  (SELECT i.priority, i.eligible_at, i.id FROM gd._instances i"                                            \
     "    WHERE " PICKABLE " AND (i.priority, i.eligible_at, i.id) > " key                                      \
     "    ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)"                                                    \
     "  UNION ALL"                                                                                              \
     "  SELECT n.* FROM firsts p CROSS JOIN LATERAL ("                                                          \
-    "    SELECT i.priority, i.eligible_at, i.id FROM gd.instances i WHERE " PICKABLE " AND i.priority > p.priority" \
+    "    SELECT i.priority, i.eligible_at, i.id FROM gd._instances i WHERE " PICKABLE " AND i.priority > p.priority" \
     "     ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n) "
 
 /* A key below every row's (its id is the lowest bigint, which no sequence hands out). */
@@ -111,13 +112,13 @@ uint64 run_pick(const char *queue, int limit, int32 after_priority, TimestampTz 
         pick_plan = gd_prepare_kept(
             FIRST_ROWS_AFTER("($3, $4, $5)")
             "SELECT r.* FROM firsts p CROSS JOIN LATERAL ("
-            "  SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at FROM gd.instances i"
+            "  SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at FROM gd._instances i"
             "   WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at <= now()"
             "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)"
             "   ORDER BY i.eligible_at, i.id"
             "   LIMIT $2"
             "   FOR UPDATE OF i SKIP LOCKED) r"
-            " WHERE NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = $1 AND q.paused)"
+            " WHERE NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = $1 AND q.paused)"
             " LIMIT $2",
             5, types);
     }
@@ -177,7 +178,7 @@ TimestampTz gd_next_due(const char *queue)
         /* Each priority's first future row. */
         due_plan = gd_prepare_kept(
             FIRST_ROWS_AFTER(LOWEST_KEY)
-            "SELECT min((SELECT i.eligible_at FROM gd.instances i"
+            "SELECT min((SELECT i.eligible_at FROM gd._instances i"
             "             WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at > now()"
             "             ORDER BY i.eligible_at LIMIT 1))"
             "  FROM firsts p",

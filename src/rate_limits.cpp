@@ -1,6 +1,6 @@
 /*
  * rate_limits.cpp — admitting a picked step under its rate limits.  The
- * token buckets live in gd.rate_buckets and gd._admit_rate does the
+ * token buckets live in gd._rate_buckets and gd._admit_rate does the
  * arithmetic under the buckets' row locks; here the executor asks before
  * running a step, and reports a rate limit that was dropped under waiting
  * instances, once per worker and name, rather than stalling them silently.
@@ -38,8 +38,8 @@ void report_dropped_limit_once(const char *name)
 bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def)
 {
     if (admit_plan == nullptr) {
-        Oid types[3] = {INT8OID, TEXTARRAYOID, INT4OID};
-        admit_plan = gd_prepare_kept("SELECT gd._admit_rate($1, $2, $3)", 3, types);
+        Oid types[4] = {INT8OID, OIDOID, TEXTARRAYOID, INT4OID};
+        admit_plan = gd_prepare_kept("SELECT gd._admit_rate($1, $2, $3, $4)", 4, types);
     }
     Datum keys[2];
     int count = 0;
@@ -47,7 +47,8 @@ bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def)
         keys[count++] = CStringGetTextDatum(row.rate_limit);
     if (def.rate_limit[0] != '\0')
         keys[count++] = CStringGetTextDatum(def.rate_limit);
-    Datum args[3] = {Int64GetDatum(row.id), PointerGetDatum(construct_array(keys, count, TEXTOID, -1, false, TYPALIGN_INT)),
+    Datum args[4] = {Int64GetDatum(row.id), ObjectIdGetDatum(row.owner),
+                     PointerGetDatum(construct_array(keys, count, TEXTOID, -1, false, TYPALIGN_INT)),
                      Int32GetDatum(row.weight)};
     if (gd_execute_kept(admit_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: rate limit admission of instance " INT64_FORMAT " failed", row.id);

@@ -50,18 +50,40 @@ PG_FUNCTION_INFO_V1(gd_engine_loaded);
 PG_FUNCTION_INFO_V1(gd_workers);
 PG_FUNCTION_INFO_V1(gd_execute);
 
-/* gd._execute(queue text, max int): run up to max runnable steps of the queue here. */
+/*
+ * gd._execute(queue text, max int): run up to max runnable steps of the
+ * queue here.  Not from a handler (the runner is not reentrant), nor in a
+ * session with temporary objects, which the handlers' names would find.
+ */
 Datum gd_execute(PG_FUNCTION_ARGS)
 {
+    static bool running = false;
     char queue[NAMEDATALEN];
     text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
     int32 limit = PG_GETARG_INT32(1);
     if (limit < 1 || limit > GD_MAX_BATCH)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("gen_durable: max must be between 1 and %d, got %d", GD_MAX_BATCH, limit)));
-    SPI_connect();
-    int ran = gd_execute_batch(queue, limit, nullptr);
-    SPI_finish();
+    if (running)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("gen_durable: gd._execute cannot run inside a step")));
+    if (!gd_session_may_run_handlers())
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("gen_durable: gd._execute cannot run handlers in a session with temporary objects"),
+                        errhint("Call it from a new session.")));
+    int ran = 0;
+    running = true;
+    PG_TRY();
+    {
+        SPI_connect();
+        ran = gd_execute_batch(queue, limit, nullptr);
+        SPI_finish();
+    }
+    PG_FINALLY();
+    {
+        running = false;
+    }
+    PG_END_TRY();
     PG_RETURN_INT32(ran);
 }
 

@@ -1,7 +1,7 @@
 /*
  * step_runner.cpp — running a batch of picked steps.  Each handler runs as
- * the FSM's owner, under the step's timeout, after its rate limits admitted
- * it, inside a subtransaction: its outcome is validated (and a spawn's
+ * the FSM's owner, isolated (handler_call.cpp), under the step's timeout,
+ * after its rate limits admitted it, inside a subtransaction: its outcome is validated (and a spawn's
  * children inserted) there; if the handler raises, overruns its timeout,
  * returns NULL or a bad outcome, the subtransaction is rolled back (its
  * effects vanish) and the attempt is recorded as a retry with the error.
@@ -34,105 +34,10 @@ extern "C" {
 
 namespace {
 
-constexpr int CONTEXT_COLUMNS = 10;
-
 /* The rows of the batch in hand: a global, so an ERROR's longjmp skips no destructor. */
 boost::container::static_vector<PickedInstance, GD_MAX_BATCH> batch;
 /* Their plain transitions, written together at the end of the round. */
 TransitionBatch round_transitions;
-
-Oid context_type = InvalidOid;
-TupleDesc context_desc = nullptr;
-Datum empty_json_array = 0;
-
-/* A field of the instance's resume document, or nullptr. */
-JsonbValue *resume_field(const PickedInstance &row, const char *key)
-{
-    if (row.resume == 0)
-        return nullptr;
-    JsonbValue wanted{};
-    wanted.type = jbvString;
-    wanted.val.string.val = const_cast<char *>(key);
-    wanted.val.string.len = static_cast<int>(strlen(key));
-    return findJsonbValueFromContainer(&DatumGetJsonbP(row.resume)->root, JB_FOBJECT, &wanted);
-}
-
-Datum resume_array(const PickedInstance &row, const char *key)
-{
-    JsonbValue *value = resume_field(row, key);
-    return value == nullptr ? empty_json_array : JsonbPGetDatum(JsonbValueToJsonb(value));
-}
-
-Datum build_context(const PickedInstance &row, const char *queue)
-{
-    JsonbValue *timed_out = resume_field(row, "timed_out");
-    Datum values[CONTEXT_COLUMNS] = {
-        Int64GetDatum(row.id),      CStringGetTextDatum(row.fsm),
-        Int32GetDatum(row.version), CStringGetTextDatum(row.step),
-        Int32GetDatum(row.attempt), row.correlation_key ? CStringGetTextDatum(row.correlation_key) : 0,
-        resume_array(row, "signals"), resume_array(row, "children"),
-        BoolGetDatum(timed_out != nullptr && timed_out->type == jbvBool && timed_out->val.boolean),
-        CStringGetTextDatum(queue)};
-    bool nulls[CONTEXT_COLUMNS] = {};
-    nulls[5] = row.correlation_key == nullptr;
-    return HeapTupleGetDatum(heap_form_tuple(context_desc, values, nulls));
-}
-
-/* Call the handler as the FSM's owner under the step timeout; returns the outcome tuple. */
-HeapTupleHeader call_handler(const PickedInstance &row, const StepDefinition &def, const char *queue)
-{
-    LOCAL_FCINFO(fcinfo, 2);
-    FmgrInfo flinfo;
-    fmgr_info(def.handler, &flinfo);
-    InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, nullptr, nullptr);
-    fcinfo->args[0].value = row.state;
-    fcinfo->args[0].isnull = false;
-    fcinfo->args[1].value = build_context(row, queue);
-    fcinfo->args[1].isnull = false;
-
-    Oid saved_user;
-    int saved_security;
-    GetUserIdAndSecContext(&saved_user, &saved_security);
-    SetUserIdAndSecContext(def.owner, saved_security | SECURITY_LOCAL_USERID_CHANGE);
-    if (def.timeout_ms > 0)
-        enable_timeout_after(STATEMENT_TIMEOUT, def.timeout_ms);
-    Datum outcome = FunctionCallInvoke(fcinfo);
-    if (def.timeout_ms > 0)
-        disable_timeout(STATEMENT_TIMEOUT, false);
-    SetUserIdAndSecContext(saved_user, saved_security);
-
-    if (fcinfo->isnull)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("gen_durable: step \"%s\" of FSM \"%s\" returned a bad outcome: the handler returned NULL",
-                               row.step, row.fsm)));
-    return DatumGetHeapTupleHeader(outcome);
-}
-
-} // namespace
-
-namespace {
-
-void prepare_context_type()
-{
-    Oid gd_namespace = get_namespace_oid("gd", false);
-    Oid type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("context"),
-                               ObjectIdGetDatum(gd_namespace));
-    if (type == InvalidOid)
-        elog(ERROR, "gen_durable: type gd.context is missing");
-    if (type != context_type) {
-        MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-        if (context_desc != nullptr)
-            FreeTupleDesc(context_desc);
-        /* Forgotten before the look-up, which raises if the type is being dropped (no double free next time). */
-        context_desc = nullptr;
-        context_type = InvalidOid;
-        context_desc = lookup_rowtype_tupdesc_copy(type, -1);
-        BlessTupleDesc(context_desc);
-        context_type = type;
-        MemoryContextSwitchTo(old);
-    }
-    empty_json_array = DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"));
-}
 
 } // namespace
 
@@ -176,8 +81,8 @@ Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
 Transition run_handler(const PickedInstance &row, const StepDefinition &def, const char *queue)
 {
     TimestampTz started = GetCurrentTimestamp();
-    HeapTupleHeader outcome = call_handler(row, def, queue);
-    Transition t = gd_outcome_transition(row, def, outcome);
+    HeapTupleHeader outcome = gd_call_handler(row, def, queue);
+    Transition t = gd_outcome_transition(row, def, outcome, def.owner);
     gd_prepare_transition(row.id, t);
     t.duration_us = GetCurrentTimestamp() - started;
     return t;
@@ -226,6 +131,7 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
         raised = CopyErrorData();
         FlushErrorState();
         RollbackAndReleaseCurrentSubTransaction();
+        gd_forget_handler_session_state(); /* not transactional: a raising handler's locks are still held */
     }
     PG_END_TRY();
     MemoryContextSwitchTo(round_context);
@@ -290,7 +196,7 @@ bool run_together(const char *queue, WorkerSlot *slot)
 int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
 {
     MemoryContext batch_context = CurrentMemoryContext;
-    prepare_context_type();
+    gd_prepare_handler_calls();
     gd_begin_transitions(round_transitions, "runnable");
     batch.resize(Min(limit, GD_MAX_BATCH));
     int count = gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context, slot);

@@ -35,8 +35,13 @@ SPIPlanPtr resume_parent_plan = nullptr;
 SPIPlanPtr ungate_plan = nullptr;
 
 SPIPlanPtr batch_update_plan = nullptr;
-/* Keys whose holders stopped running in this transaction (strings live as long as the rows). */
-const char *keys_to_release[GD_MAX_BATCH];
+/* A concurrency key in its owner's key space. */
+struct OwnedKey {
+    Oid owner;
+    const char *key; /* lives as long as the row it was read from */
+};
+/* Keys whose holders stopped running in this transaction. */
+OwnedKey keys_to_release[GD_MAX_BATCH];
 int keys_to_release_count = 0;
 
 void forget_keys_at_transaction_end(XactEvent, void *)
@@ -50,9 +55,12 @@ int compare_ids(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* By key, then owner: the order every path takes key locks in, so two never deadlock. */
 int compare_keys(const void *a, const void *b)
 {
-    return strcmp(*static_cast<const char *const *>(a), *static_cast<const char *const *>(b));
+    const auto *x = static_cast<const OwnedKey *>(a), *y = static_cast<const OwnedKey *>(b);
+    int by_key = strcmp(x->key, y->key);
+    return by_key != 0 ? by_key : (x->owner < y->owner ? -1 : x->owner > y->owner);
 }
 
 /* Longer delays mean "never" in practice and are clamped, so no timestamp overflows. */
@@ -131,7 +139,8 @@ void append_json_field(StringInfo json, const char *key, const char *value, bool
 
 } // namespace
 
-Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome)
+Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome,
+                                 Oid outcome_role)
 {
     bool isnull;
     Datum kind_datum = GetAttributeByNum(outcome, OUTCOME_KIND, &isnull);
@@ -145,6 +154,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     t.eligible_at = GetCurrentTimestamp();
     t.event = StatEvent::count_;
     t.external = def.handler == InvalidOid; /* who runs the current step; gd_next says who runs the next */
+    t.owner = row.owner;
     t.concurrency_key = row.concurrency_key;
     if (strcmp(kind, "next") == 0) {
         t.event = StatEvent::step_next;
@@ -211,6 +221,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         t.children = GetAttributeByNum(outcome, OUTCOME_CHILDREN, &isnull);
         if (isnull)
             bad_outcome(row, "gd_spawn without children");
+        t.spawn_role = outcome_role;
         t.state = outcome_state(row, outcome);
         return t;
     }
@@ -227,6 +238,7 @@ Transition gd_final_transition(const PickedInstance &row, const char *status, Da
     t.result = result;
     t.error = error;
     t.parent_id = row.parent_id;
+    t.owner = row.owner;
     t.concurrency_key = row.concurrency_key;
     t.event = strcmp(status, "done") == 0     ? StatEvent::step_done
               : strcmp(status, "failed") == 0 ? StatEvent::step_stop
@@ -248,7 +260,7 @@ void prepare_plans()
     if (update_plan == nullptr) {
         Oid types[13] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
                          JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID};
-        update_plan = gd_prepare_kept("UPDATE gd.instances SET status = $2, step = $3, state = coalesce($4, state),"
+        update_plan = gd_prepare_kept("UPDATE gd._instances SET status = $2, step = $3, state = coalesce($4, state),"
                                       "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
                                       "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
                                       "       resume = CASE WHEN $13 THEN resume END, lease_owner = NULL,"
@@ -261,12 +273,14 @@ void prepare_plans()
     Oid follow_up_types[2] = {INT8OID, JSONBOID};
     if (wake_if_signalled_plan == nullptr)
         wake_if_signalled_plan = gd_prepare_kept("SELECT gd._wake_if_signalled($1)", 1, follow_up_types);
-    if (spawn_plan == nullptr)
-        spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2)", 2, follow_up_types);
+    if (spawn_plan == nullptr) {
+        Oid spawn_types[3] = {OIDOID, INT8OID, JSONBOID};
+        spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2, $3)", 3, spawn_types);
+    }
     if (resume_parent_plan == nullptr)
         resume_parent_plan = gd_prepare_kept("SELECT gd._resume_parents(ARRAY[$1])", 1, follow_up_types);
-    Oid key_types[1] = {TEXTOID};
-    ungate_plan = gd_prepare_kept("SELECT gd._ungate($1)", 1, key_types);
+    Oid key_types[2] = {OIDOID, TEXTOID};
+    ungate_plan = gd_prepare_kept("SELECT gd._ungate($1, $2)", 2, key_types);
 }
 
 } // namespace
@@ -276,7 +290,7 @@ void gd_prepare_transition(int64 id, Transition &t)
     if (strcmp(t.status, "awaiting_children") != 0)
         return;
     prepare_plans();
-    Datum args[2] = {Int64GetDatum(id), t.children};
+    Datum args[3] = {ObjectIdGetDatum(t.spawn_role), Int64GetDatum(id), t.children};
     if (gd_execute_kept(spawn_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: spawning the children of instance " INT64_FORMAT " failed", id);
     bool isnull;
@@ -301,7 +315,7 @@ void after_transition(int64 id, const Transition &t)
     }
     bool still_running = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "executing") == 0;
     if (t.concurrency_key != nullptr && !still_running && keys_to_release_count < GD_MAX_BATCH)
-        keys_to_release[keys_to_release_count++] = t.concurrency_key;
+        keys_to_release[keys_to_release_count++] = OwnedKey{t.owner, t.concurrency_key};
     gd_wake_awaiters_at_commit(id);
 }
 
@@ -369,7 +383,7 @@ void gd_flush_transitions(TransitionBatch &batch)
         Oid types[11] = {INT8ARRAYOID, TEXTARRAYOID,        TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
                          TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, BOOLARRAYOID, BOOLARRAYOID, TEXTOID};
         batch_update_plan = gd_prepare_kept(
-            "UPDATE gd.instances i SET status = t.status, step = t.step, state = coalesce(t.state, i.state),"
+            "UPDATE gd._instances i SET status = t.status, step = t.step, state = coalesce(t.state, i.state),"
             "       attempt = t.attempt, eligible_at = t.eligible_at, result = t.result, error = t.error,"
             "       external = t.external, wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
             "       resume = CASE WHEN t.keep_resume THEN i.resume END, lease_owner = NULL, lease_token = NULL,"
@@ -437,12 +451,13 @@ void gd_release_concurrency_keys()
     prepare_plans();
     qsort(keys_to_release, count, sizeof(keys_to_release[0]), compare_keys);
     for (int i = 0; i < count; i++) {
-        if (i > 0 && strcmp(keys_to_release[i], keys_to_release[i - 1]) == 0)
+        const OwnedKey &released = keys_to_release[i];
+        if (i > 0 && compare_keys(&released, &keys_to_release[i - 1]) == 0)
             continue;
-        Datum args[1] = {CStringGetTextDatum(keys_to_release[i])};
+        Datum args[2] = {ObjectIdGetDatum(released.owner), CStringGetTextDatum(released.key)};
         int result = gd_execute_kept(ungate_plan, args, nullptr, false, 1);
         if (result != SPI_OK_SELECT)
-            elog(ERROR, "gen_durable: making room under concurrency key \"%s\" failed: %s", keys_to_release[i],
+            elog(ERROR, "gen_durable: making room under concurrency key \"%s\" failed: %s", released.key,
                  SPI_result_code_string(result));
     }
 }

@@ -10,32 +10,92 @@ CREATE FUNCTION gd._await_publish(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_await_publish';
 CREATE FUNCTION gd._await_sleep(milliseconds int) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_await_sleep';
-CREATE FUNCTION gd._configured_queues() RETURNS text[]
-    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_configured_queues';
 CREATE FUNCTION gd._engine_loaded() RETURNS boolean
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_engine_loaded';
 CREATE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_awaiters_on_commit';
 CREATE FUNCTION gd._wake_reaper_on_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_reaper_on_commit';
--- Runs steps in the calling session as an executor would; handlers run as
--- their FSM's owner, so only superusers may call it.
+-- Runs steps in the calling session as an executor would (handlers as their
+-- FSM's owners): for superusers only, like every gd._* function.
 CREATE FUNCTION gd._execute(queue text, max int DEFAULT 1) RETURNS int
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_execute';
-REVOKE ALL ON FUNCTION gd._execute(text, int) FROM PUBLIC;
 CREATE FUNCTION gd._definitions_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_definitions_changed';
 CREATE FUNCTION gd._workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
                             OUT instance_id bigint, OUT since timestamptz)
     RETURNS SETOF record LANGUAGE c AS 'MODULE_PATHNAME', 'gd_workers';
+-- The queue names of gen_durable.queues (a setting every role may read).
+CREATE FUNCTION gd.configured_queues() RETURNS text[]
+    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_configured_queues';
 
 -- Executors cache definitions; any change to them invalidates the caches at commit.
-CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd.fsms
+CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd._fsms
     FOR EACH STATEMENT EXECUTE FUNCTION gd._definitions_changed();
-CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd.steps
+CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd._steps
     FOR EACH STATEMENT EXECUTE FUNCTION gd._definitions_changed();
 
-CREATE VIEW gd.workers AS SELECT * FROM gd._workers();
+-- ---------------------------------------------------------------------------
+-- Who may do what
+-- ---------------------------------------------------------------------------
+-- Every API function that reads or writes the engine's tables is a door
+-- (src/door.cpp): `gd_NAME` runs its implementation `gd._NAME`, with the
+-- same arguments, as the extension's owner under a search_path of
+-- pg_catalog and pg_temp only, and gd._caller() tells the implementation
+-- which role called the door.  Each implementation decides on that role's
+-- rights with the functions below, before it reads or writes anything for
+-- it; every name in it is qualified.
+--
+-- A role may use (insert, see, signal, await, cancel, retry, claim and
+-- complete) the instances of an FSM whose owner it is a member of, or that
+-- was granted (gd_grant) to a role it is a member of; it may define and
+-- grant only FSMs whose owner it is a member of.  Superusers may do all.
+
+-- The role that called the door being run.
+CREATE FUNCTION gd._caller() RETURNS oid
+    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_caller';
+
+-- May `caller` use the instances of this FSM?
+CREATE FUNCTION gd._may_use(caller oid, fsm_name text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (SELECT FROM gd._fsms f WHERE f.name = fsm_name AND pg_has_role(caller, f.owner, 'MEMBER'))
+        OR EXISTS (SELECT FROM gd._grants g WHERE g.fsm = fsm_name AND pg_has_role(caller, g.role, 'MEMBER'))
+$$;
+
+-- May `caller` use this instance (of FSM fsm_name, owned by owner)?
+CREATE FUNCTION gd._may_use_instance(caller oid, owner oid, fsm_name text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT pg_has_role(caller, owner, 'MEMBER')
+        OR EXISTS (SELECT FROM gd._grants g WHERE g.fsm = fsm_name AND pg_has_role(caller, g.role, 'MEMBER'))
+$$;
+
+-- The owner of an FSM (of all its versions), or NULL for a new name.
+CREATE FUNCTION gd._fsm_owner(fsm_name text) RETURNS oid
+LANGUAGE sql STABLE AS $$
+    SELECT f.owner FROM gd._fsms f WHERE f.name = fsm_name LIMIT 1
+$$;
+
+CREATE FUNCTION gd._check_may_use(caller oid, fsm_name text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT gd._may_use(caller, fsm_name) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('gen_durable: permission denied for FSM %L', fsm_name),
+            HINT = 'Its owner can allow you with gd_grant(fsm, role).';
+    END IF;
+END $$;
+
+-- The caller may define and grant this FSM: it is a member of its owner (any role, for a new name).
+CREATE FUNCTION gd._check_owns(caller oid, fsm_name text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    owner oid := gd._fsm_owner(fsm_name);
+BEGIN
+    IF owner IS NOT NULL AND NOT pg_has_role(caller, owner, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('gen_durable: FSM %L belongs to another role', fsm_name);
+    END IF;
+END $$;
 
 -- ---------------------------------------------------------------------------
 -- Shared helpers of the SQL API
@@ -79,12 +139,12 @@ BEGIN
 END $$;
 
 -- The newest version of an FSM, or 42704.
-CREATE FUNCTION gd._newest_fsm(fsm_name text) RETURNS gd.fsms
+CREATE FUNCTION gd._newest_fsm(fsm_name text) RETURNS gd._fsms
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    newest gd.fsms;
+    newest gd._fsms;
 BEGIN
-    SELECT * INTO newest FROM gd.fsms f WHERE f.name = fsm_name ORDER BY f.version DESC LIMIT 1;
+    SELECT * INTO newest FROM gd._fsms f WHERE f.name = fsm_name ORDER BY f.version DESC LIMIT 1;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
             MESSAGE = format('gen_durable: unknown FSM %L', fsm_name);
@@ -92,12 +152,12 @@ BEGIN
     RETURN newest;
 END $$;
 
-CREATE FUNCTION gd._step(fsm_name text, fsm_version int, step_name text) RETURNS gd.steps
+CREATE FUNCTION gd._step(fsm_name text, fsm_version int, step_name text) RETURNS gd._steps
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    definition gd.steps;
+    definition gd._steps;
 BEGIN
-    SELECT * INTO definition FROM gd.steps s
+    SELECT * INTO definition FROM gd._steps s
      WHERE s.fsm = fsm_name AND s.version = fsm_version AND s.step = step_name;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_object',
@@ -113,14 +173,14 @@ BEGIN
     IF queue_name IS NULL THEN
         PERFORM gd._bad_argument('queue must not be NULL');
     END IF;
-    PERFORM FROM gd.queues q WHERE q.name = queue_name;
+    PERFORM FROM gd._queues q WHERE q.name = queue_name;
     IF NOT FOUND THEN
-        IF NOT queue_name = ANY (gd._configured_queues()) THEN
+        IF NOT queue_name = ANY (gd.configured_queues()) THEN
             RAISE EXCEPTION USING ERRCODE = 'undefined_object',
                 MESSAGE = format('gen_durable: unknown queue %L', queue_name),
                 HINT = 'Name it in gen_durable.queues or in gd_define_fsm(queue => ...).';
         END IF;
-        INSERT INTO gd.queues (name) VALUES (queue_name) ON CONFLICT DO NOTHING;
+        INSERT INTO gd._queues (name) VALUES (queue_name) ON CONFLICT DO NOTHING;
     END IF;
     RETURN queue_name;
 END $$;

@@ -4,11 +4,18 @@
 
 CREATE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
                                           version int DEFAULT 1, state_defaults jsonb DEFAULT '{}')
+RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+-- The first role to define a name owns the FSM; later versions keep that
+-- owner, and only its members may define them.
+CREATE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb)
 RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-    fsm_name text := gd_define_fsm.name;
-    fsm_version int := gd_define_fsm.version;
+    caller oid := gd._caller();
+    fsm_name text := _define_fsm.name;
+    fsm_version int := _define_fsm.version;
+    owner oid;
 BEGIN
     IF fsm_name IS NULL OR fsm_name = '' THEN
         PERFORM gd._bad_argument('FSM name must not be empty');
@@ -28,13 +35,20 @@ BEGIN
     IF queue IS NULL OR queue = '' OR length(queue) > 63 THEN
         PERFORM gd._bad_argument(format('queue of FSM %L must be a name of 1 to 63 bytes', fsm_name));
     END IF;
-    PERFORM gd._check_owns(fsm_name);
-    INSERT INTO gd.queues (name) VALUES (queue) ON CONFLICT DO NOTHING;
-    INSERT INTO gd.fsms AS f (name, version, initial_step, queue, state_defaults, owner)
-    VALUES (fsm_name, fsm_version, initial, queue, state_defaults, current_user::regrole)
-    ON CONFLICT ON CONSTRAINT fsms_pkey DO UPDATE
-       SET initial_step = excluded.initial_step, queue = excluded.queue,
-           state_defaults = excluded.state_defaults, owner = excluded.owner;
+    -- One definition of a name at a time, so two roles cannot both take a new name.
+    PERFORM pg_advisory_xact_lock(hashtextextended('gen_durable FSM ' || fsm_name, 0));
+    PERFORM gd._check_owns(caller, fsm_name);
+    owner := gd._fsm_owner(fsm_name);
+    IF owner IS NULL THEN
+        owner := caller;
+        -- A new name: grants left by a definition deleted by hand are not inherited.
+        DELETE FROM gd._grants g WHERE g.fsm = fsm_name;
+    END IF;
+    INSERT INTO gd._queues (name) VALUES (queue) ON CONFLICT DO NOTHING;
+    INSERT INTO gd._fsms AS f (name, version, initial_step, queue, state_defaults, owner)
+    VALUES (fsm_name, fsm_version, initial, queue, state_defaults, owner)
+    ON CONFLICT ON CONSTRAINT _fsms_pkey DO UPDATE
+       SET initial_step = excluded.initial_step, queue = excluded.queue, state_defaults = excluded.state_defaults;
     RETURN fsm_version;
 END $$;
 
@@ -42,23 +56,26 @@ CREATE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regproce
                                            max_attempts int DEFAULT 3, backoff interval DEFAULT '1s',
                                            max_backoff interval DEFAULT '5m', timeout interval DEFAULT NULL,
                                            version int DEFAULT NULL, rate_limit text DEFAULT NULL)
+RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
+                                max_backoff interval, timeout interval, version int, rate_limit text)
 RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-    fsm_row gd.fsms;
-    takes_state_and_context boolean;
-    handler_result oid;
+    caller oid := gd._caller();
+    fsm_row gd._fsms;
 BEGIN
     IF version IS NULL THEN
         fsm_row := gd._newest_fsm(fsm);
     ELSE
-        SELECT * INTO fsm_row FROM gd.fsms f WHERE f.name = gd_define_step.fsm AND f.version = gd_define_step.version;
+        SELECT * INTO fsm_row FROM gd._fsms f WHERE f.name = _define_step.fsm AND f.version = _define_step.version;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'undefined_object',
                 MESSAGE = format('gen_durable: unknown FSM %L version %s', fsm, version);
         END IF;
     END IF;
-    PERFORM gd._check_owns(fsm_row.name), gd._check_length(step, 'step name');
+    PERFORM gd._check_owns(caller, fsm_row.name), gd._check_length(step, 'step name');
     IF step IS NULL OR step = '' THEN
         PERFORM gd._bad_argument(format('step name of FSM %L must not be empty', fsm));
     END IF;
@@ -75,24 +92,7 @@ BEGIN
         PERFORM gd._bad_argument(format('timeout of step %L must be positive, got %s', step, timeout));
     END IF;
     IF handler IS NOT NULL THEN
-        SELECT p.pronargs = 2 AND p.proargtypes[0] = 'jsonb'::regtype AND p.proargtypes[1] = 'gd.context'::regtype,
-               p.prorettype
-          INTO takes_state_and_context, handler_result
-          FROM pg_proc p WHERE p.oid = handler;
-        IF NOT FOUND OR handler = 0 THEN
-            RAISE EXCEPTION USING ERRCODE = 'undefined_function',
-                MESSAGE = format('gen_durable: handler %s of step %L is not a function', handler::oid, step);
-        END IF;
-        IF NOT takes_state_and_context THEN
-            RAISE EXCEPTION USING ERRCODE = 'undefined_function',
-                MESSAGE = format('gen_durable: handler %s of step %L must take (state jsonb, ctx gd.context)',
-                                 handler, step);
-        END IF;
-        IF handler_result <> 'gd.outcome'::regtype THEN
-            RAISE EXCEPTION USING ERRCODE = 'invalid_function_definition',
-                MESSAGE = format('gen_durable: handler %s of step %L must return gd.outcome, not %s',
-                                 handler, step, handler_result::regtype);
-        END IF;
+        PERFORM gd._check_handler(handler, step, fsm_row.owner);
     END IF;
     IF rate_limit IS NOT NULL THEN
         IF position(':' IN rate_limit) > 0 THEN
@@ -101,67 +101,68 @@ BEGIN
         END IF;
         PERFORM gd._rate_policy(rate_limit);
     END IF;
-    INSERT INTO gd.steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)
+    INSERT INTO gd._steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)
     VALUES (fsm_row.name, fsm_row.version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)
-    ON CONFLICT ON CONSTRAINT steps_pkey DO UPDATE
+    ON CONFLICT ON CONSTRAINT _steps_pkey DO UPDATE
        SET handler = excluded.handler, max_attempts = excluded.max_attempts, backoff = excluded.backoff,
            max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit;
 END $$;
 
+-- A handler is a plain function f(state jsonb, ctx gd.context) RETURNS
+-- gd.outcome (no set, aggregate, window function or procedure) that the
+-- FSM's owner may execute.  The executors check it again before every call
+-- (src/handler_call.cpp).
+CREATE FUNCTION gd._check_handler(handler regprocedure, step text, owner oid) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    proc pg_proc;
+BEGIN
+    SELECT * INTO proc FROM pg_proc p WHERE p.oid = handler;
+    IF NOT FOUND OR handler = 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('gen_durable: handler %s of step %L is not a function', handler::oid, step);
+    END IF;
+    IF proc.prokind <> 'f' THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('gen_durable: handler %s of step %L must be a plain function, not %s', handler, step,
+                             CASE proc.prokind WHEN 'a' THEN 'an aggregate' WHEN 'w' THEN 'a window function'
+                                               ELSE 'a procedure' END);
+    END IF;
+    IF NOT (proc.pronargs = 2 AND proc.proargtypes[0] = 'jsonb'::regtype
+            AND proc.proargtypes[1] = 'gd.context'::regtype) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('gen_durable: handler %s of step %L must take (state jsonb, ctx gd.context)',
+                             handler, step);
+    END IF;
+    IF proc.prorettype <> 'gd.outcome'::regtype OR proc.proretset THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_function_definition',
+            MESSAGE = format('gen_durable: handler %s of step %L must return gd.outcome, not %s%s', handler, step,
+                             CASE WHEN proc.proretset THEN 'SETOF ' ELSE '' END, proc.prorettype::regtype);
+    END IF;
+    IF NOT has_function_privilege(owner, handler, 'EXECUTE') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('gen_durable: role %s, which handlers of step %L run as, may not execute %s',
+                             owner::regrole, step, handler);
+    END IF;
+END $$;
+
 -- ---------------------------------------------------------------------------
--- Outcome constructors (what a handler returns)
+-- Outcome constructors (what a handler returns); gd_next, gd_retry,
+-- gd_wait_signal and gd_spawn check their arguments in src/outcomes.cpp
 -- ---------------------------------------------------------------------------
 
 CREATE FUNCTION @extschema@.gd_next(step text, state jsonb DEFAULT NULL, delay interval DEFAULT NULL)
-RETURNS gd.outcome LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF step IS NULL OR step = '' THEN
-        PERFORM gd._bad_argument('gd_next needs a step');
-    END IF;
-    IF state IS NOT NULL AND jsonb_typeof(state) <> 'object' THEN
-        PERFORM gd._bad_argument(format('state must be a JSON object, got %s', state));
-    END IF;
-    RETURN ROW('next', step, state, gd._check_interval(delay, 'delay'),
-               NULL, NULL, NULL, NULL, NULL, NULL)::gd.outcome;
-END $$;
+RETURNS gd.outcome LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_next';
 
 CREATE FUNCTION @extschema@.gd_retry(error jsonb, backoff interval DEFAULT NULL)
-RETURNS gd.outcome LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    RETURN ROW('retry', NULL, NULL, NULL, coalesce(error, '{}'), gd._check_interval(backoff, 'backoff'),
-               NULL, NULL, NULL, NULL)::gd.outcome;
-END $$;
+RETURNS gd.outcome LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_retry_outcome';
 
 CREATE FUNCTION @extschema@.gd_wait_signal(names text[], timeout interval DEFAULT NULL, then_step text DEFAULT NULL,
                                            state jsonb DEFAULT NULL)
-RETURNS gd.outcome LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF names IS NULL OR cardinality(names) = 0 OR array_ndims(names) <> 1 OR array_position(names, NULL) IS NOT NULL
-       OR array_position(names, '') IS NOT NULL THEN
-        PERFORM gd._bad_argument(format('gd_wait_signal needs signal names, got %s', coalesce(names::text, 'NULL')));
-    END IF;
-    IF state IS NOT NULL AND jsonb_typeof(state) <> 'object' THEN
-        PERFORM gd._bad_argument(format('state must be a JSON object, got %s', state));
-    END IF;
-    RETURN ROW('await', then_step, state, NULL, NULL, NULL, NULL, names, gd._check_interval(timeout, 'timeout'),
-               NULL)::gd.outcome;
-END $$;
+RETURNS gd.outcome LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_wait_signal';
 
 CREATE FUNCTION @extschema@.gd_spawn(children jsonb, then_step text, state jsonb DEFAULT NULL)
-RETURNS gd.outcome LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF children IS NULL OR jsonb_typeof(children) <> 'array' THEN
-        PERFORM gd._bad_argument(format('gd_spawn needs a JSON array of insert options, got %s',
-                                        coalesce(children::text, 'NULL')));
-    END IF;
-    IF then_step IS NULL OR then_step = '' THEN
-        PERFORM gd._bad_argument('gd_spawn needs a then_step');
-    END IF;
-    IF state IS NOT NULL AND jsonb_typeof(state) <> 'object' THEN
-        PERFORM gd._bad_argument(format('state must be a JSON object, got %s', state));
-    END IF;
-    RETURN ROW('schedule_childs', then_step, state, NULL, NULL, NULL, NULL, NULL, NULL, children)::gd.outcome;
-END $$;
+RETURNS gd.outcome LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_spawn';
 
 CREATE FUNCTION @extschema@.gd_done(result jsonb DEFAULT '{}')
 RETURNS gd.outcome LANGUAGE sql IMMUTABLE

@@ -2,25 +2,26 @@
 -- Inserting instances
 -- ---------------------------------------------------------------------------
 
--- The one insert path behind gd_insert and gd_insert_all.  Returns the new id,
--- or for a duplicate correlation key what on_duplicate says.
-CREATE FUNCTION gd._insert(fsm text, state jsonb, step text, queue text, priority int,
-                           concurrency_key text, correlation_key text, correlation_scope text[],
-                           rate_limit text, weight int, eligible_at timestamptz,
-                           schedule_in interval, on_duplicate text, parent_id bigint DEFAULT NULL)
+-- The one insert path behind gd_insert, gd_insert_all and gd_spawn, with
+-- the rights of `caller`.  Returns the new id, or for a duplicate
+-- correlation key what on_duplicate says.
+CREATE FUNCTION gd._insert_instance(caller oid, fsm text, state jsonb, step text, queue text, priority int,
+                                    concurrency_key text, correlation_key text, correlation_scope text[],
+                                    rate_limit text, weight int, eligible_at timestamptz,
+                                    schedule_in interval, on_duplicate text, parent_id bigint DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    fsm_row gd.fsms;
+    fsm_row gd._fsms;
     step_external boolean;   -- the first step has no handler
     new_id bigint;
-    occupant bigint;
+    occupant gd._instances;
     first_step text;
     run_at timestamptz;
     must_wait boolean;   -- gated: no room under the concurrency key yet
 BEGIN
     fsm_row := gd._newest_fsm(fsm);
-    PERFORM gd._check_may_use(fsm_row.name);
+    PERFORM gd._check_may_use(caller, fsm_row.name);
     IF state IS NULL OR jsonb_typeof(state) <> 'object' THEN
         PERFORM gd._bad_argument(format('state of a %L instance must be a JSON object, got %s',
                                         fsm, coalesce(state::text, 'NULL')));
@@ -62,21 +63,22 @@ BEGIN
     IF correlation_key IS NOT NULL OR concurrency_key IS NOT NULL OR rate_limit IS NOT NULL THEN
         PERFORM gd._check_length(correlation_key, 'correlation_key'),
                 gd._check_length(concurrency_key, 'concurrency_key'), gd._check_length(rate_limit, 'rate_limit');
-        PERFORM gd._check_rate_limit(rate_limit, weight);
+        PERFORM gd._check_rate_limit(fsm_row.owner, rate_limit, weight);
         IF concurrency_key IS NOT NULL AND (concurrency_key = '' OR split_part(concurrency_key, ':', 1) = '') THEN
             PERFORM gd._bad_argument(format('concurrency_key must be name or name:partition, got %L', concurrency_key));
         END IF;
-        must_wait := gd._must_gate(concurrency_key);
+        must_wait := gd._must_gate(fsm_row.owner, concurrency_key);
     END IF;
 
     LOOP
-        INSERT INTO gd.instances AS i (fsm, version, step, state, queue, external, priority, concurrency_key, gated,
-                                       correlation_key, correlation_scope, rate_limit, weight, eligible_at,
-                                       parent_id)
-        VALUES (fsm_row.name, fsm_row.version, first_step, fsm_row.state_defaults || state, queue,
+        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, external, priority, concurrency_key,
+                                        gated, correlation_key, correlation_scope, rate_limit, weight, eligible_at,
+                                        parent_id)
+        VALUES (fsm_row.name, fsm_row.version, fsm_row.owner, first_step, fsm_row.state_defaults || state, queue,
                 step_external, priority, concurrency_key, must_wait, correlation_key, correlation_scope,
                 rate_limit, weight, run_at, parent_id)
-        ON CONFLICT (correlation_key) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope) DO NOTHING
+        ON CONFLICT (correlation_key, owner) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope)
+        DO NOTHING
         RETURNING i.id INTO new_id;
         IF new_id IS NOT NULL THEN
             IF NOT must_wait THEN
@@ -84,22 +86,30 @@ BEGIN
             END IF;
             RETURN new_id;
         END IF;
-        SELECT i.id INTO occupant FROM gd.instances i
-         WHERE i.correlation_key = _insert.correlation_key AND i.status = ANY (i.correlation_scope);
+        SELECT * INTO occupant FROM gd._instances i
+         WHERE i.correlation_key = _insert_instance.correlation_key AND i.owner = fsm_row.owner
+           AND i.status = ANY (i.correlation_scope);
         IF FOUND THEN
             EXIT;
         END IF;
         -- the occupant left the scope between our insert and our look-up: try again
     END LOOP;
 
-    CASE on_duplicate
-        WHEN 'existing' THEN RETURN occupant;
-        WHEN 'skip' THEN RETURN NULL;
-        ELSE
-            RAISE EXCEPTION USING ERRCODE = 'unique_violation',
-                MESSAGE = format('gen_durable: correlation key %L is already taken', correlation_key),
-                DETAIL = format('Instance %s holds it.', occupant);
-    END CASE;
+    IF on_duplicate = 'skip' THEN
+        RETURN NULL;
+    END IF;
+    IF NOT gd._may_use_instance(caller, occupant.owner, occupant.fsm) THEN
+        -- In the owner's key space, but not the caller's to see: no id for it.
+        RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+            MESSAGE = format('gen_durable: correlation key %L is already taken', correlation_key),
+            DETAIL = 'An instance of an FSM you may not use holds it.';
+    END IF;
+    IF on_duplicate = 'existing' THEN
+        RETURN occupant.id;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'unique_violation',
+        MESSAGE = format('gen_durable: correlation key %L is already taken', correlation_key),
+        DETAIL = format('Instance %s holds it.', occupant.id);
 END $$;
 
 CREATE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '{}', step text DEFAULT NULL,
@@ -108,9 +118,14 @@ CREATE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '{}', step t
                                       correlation_scope text[] DEFAULT NULL, rate_limit text DEFAULT NULL,
                                       weight int DEFAULT 1, eligible_at timestamptz DEFAULT NULL,
                                       schedule_in interval DEFAULT NULL, on_duplicate text DEFAULT 'error')
+RETURNS bigint LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._insert(fsm text, state jsonb, step text, queue text, priority int, concurrency_key text,
+                           correlation_key text, correlation_scope text[], rate_limit text, weight int,
+                           eligible_at timestamptz, schedule_in interval, on_duplicate text)
 RETURNS bigint LANGUAGE sql
-AS $$ SELECT gd._insert(fsm, state, step, queue, priority, concurrency_key, correlation_key, correlation_scope,
-                        rate_limit, weight, eligible_at, schedule_in, on_duplicate) $$;
+AS $$ SELECT gd._insert_instance(gd._caller(), fsm, state, step, queue, priority, concurrency_key, correlation_key,
+                                 correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate) $$;
 
 -- An integer insert option of an entry, or its default.
 CREATE FUNCTION gd._entry_int(entry jsonb, option text, default_value int) RETURNS int
@@ -147,8 +162,9 @@ BEGIN
     RETURN cast_value;
 END $$;
 
--- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert.
-CREATE FUNCTION gd._insert_entry(default_fsm text, entry jsonb, on_duplicate text, parent_id bigint DEFAULT NULL)
+-- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert_instance.
+CREATE FUNCTION gd._insert_entry(caller oid, default_fsm text, entry jsonb, on_duplicate text,
+                                 parent_id bigint DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     unknown text;
@@ -167,7 +183,7 @@ BEGIN
         PERFORM gd._bad_argument(format('insert option correlation_scope must be an array, got %s',
                                         entry->'correlation_scope'));
     END IF;
-    RETURN gd._insert(coalesce(entry->>'fsm', default_fsm),
+    RETURN gd._insert_instance(caller, coalesce(entry->>'fsm', default_fsm),
                       coalesce(entry->'state', '{}'),
                       entry->>'step', entry->>'queue',
                       gd._entry_int(entry, 'priority', 0),
@@ -195,21 +211,22 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Insert plain entries (see above) of one FSM in one statement: what
--- gd._insert does for each, with the look-ups and checks done once.
-CREATE FUNCTION gd._insert_plain(fsm text, entries jsonb, parent_id bigint) RETURNS SETOF bigint
+-- gd._insert_instance does for each, with the look-ups and checks done once.
+CREATE FUNCTION gd._insert_plain(caller oid, fsm text, entries jsonb, parent_id bigint) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    fsm_row gd.fsms := gd._newest_fsm(fsm);
+    fsm_row gd._fsms := gd._newest_fsm(fsm);
     step_external boolean;
     inserted bigint[];
 BEGIN
-    PERFORM gd._check_may_use(fsm_row.name);
+    PERFORM gd._check_may_use(caller, fsm_row.name);
     step_external := (gd._step(fsm_row.name, fsm_row.version, fsm_row.initial_step)).handler IS NULL;
     WITH added AS (
-        INSERT INTO gd.instances AS i (fsm, version, step, state, queue, external, correlation_scope, eligible_at,
-                                       parent_id)
-        SELECT fsm_row.name, fsm_row.version, fsm_row.initial_step, fsm_row.state_defaults || coalesce(x.e->'state', '{}'),
+        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, external, correlation_scope,
+                                        eligible_at, parent_id)
+        SELECT fsm_row.name, fsm_row.version, fsm_row.owner, fsm_row.initial_step,
+               fsm_row.state_defaults || coalesce(x.e->'state', '{}'),
                fsm_row.queue, step_external, gd._live_statuses(), now(), _insert_plain.parent_id
           FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(e, n)
          ORDER BY x.n
@@ -220,8 +237,12 @@ BEGIN
 END $$;
 
 CREATE FUNCTION @extschema@.gd_insert_all(fsm text, entries jsonb)
-RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+RETURNS SETOF bigint LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._insert_all(fsm text, entries jsonb) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
 DECLARE
+    caller oid := gd._caller();
     entry jsonb;
     new_id bigint;
     plain_fsm text;
@@ -232,11 +253,11 @@ BEGIN
     END IF;
     plain_fsm := gd._plain_entries_fsm(entries, fsm);
     IF plain_fsm IS NOT NULL THEN
-        RETURN QUERY SELECT gd._insert_plain(plain_fsm, entries, NULL);
+        RETURN QUERY SELECT gd._insert_plain(caller, plain_fsm, entries, NULL);
         RETURN;
     END IF;
     FOR entry IN SELECT e FROM jsonb_array_elements(entries) e LOOP
-        new_id := gd._insert_entry(fsm, entry, 'skip');
+        new_id := gd._insert_entry(caller, fsm, entry, 'skip');
         IF new_id IS NOT NULL THEN
             RETURN NEXT new_id;
         END IF;

@@ -4,12 +4,20 @@
 
 CREATE FUNCTION @extschema@.gd_await(id bigint, timeout interval DEFAULT '5s', until text DEFAULT 'settled')
 RETURNS TABLE (status text, step text, attempt int, result jsonb, error jsonb)
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+-- An instance the caller may not use is not_found at once: nothing, not even
+-- when it changes, tells the caller it exists.
+CREATE FUNCTION gd._await(id bigint, timeout interval, until text)
+RETURNS TABLE (status text, step text, attempt int, result jsonb, error jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    awaited bigint := gd_await.id;
+    caller oid := gd._caller();
+    awaited bigint := _await.id;
     deadline timestamptz;
-    inst gd.instances;
+    inst gd._instances;
     remaining_ms double precision;
+    published boolean := false;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
@@ -28,10 +36,10 @@ BEGIN
         PERFORM gd._bad_argument(format('until must be settled or terminal, got %L', until));
     END IF;
     deadline := clock_timestamp() + timeout;
-    PERFORM gd._await_publish(awaited);
     LOOP
-        SELECT * INTO inst FROM gd.instances i WHERE i.id = awaited;
-        IF NOT FOUND THEN
+        SELECT * INTO inst FROM gd._instances i WHERE i.id = awaited;
+        IF NOT FOUND OR NOT gd._may_use_instance(caller, inst.owner, inst.fsm) THEN
+            inst := NULL;
             status := 'not_found';
             EXIT;
         END IF;
@@ -44,6 +52,12 @@ BEGIN
         IF remaining_ms <= 0 THEN
             status := 'busy';
             EXIT;
+        END IF;
+        IF NOT published THEN
+            -- Published before the next read: a change committed from now on wakes us.
+            PERFORM gd._await_publish(awaited);
+            published := true;
+            CONTINUE;
         END IF;
         PERFORM gd._await_sleep(least(ceil(remaining_ms), 2147483647)::int);
     END LOOP;

@@ -4,13 +4,13 @@
 
 -- Make a parked instance runnable at its then_step, with what its next step
 -- sees in ctx; wakes the queue's executors and its awaiters at commit.
-CREATE FUNCTION gd._resume(instance gd.instances, resume_with jsonb) RETURNS void
+CREATE FUNCTION gd._resume_parked(instance gd._instances, resume_with jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE gd.instances i
+    UPDATE gd._instances i
        SET status = 'runnable', step = instance.wait_then_step, attempt = 1, resume = resume_with,
-           gated = gd._must_gate(instance.concurrency_key),
-           external = (SELECT s.handler IS NULL FROM gd.steps s
+           gated = gd._must_gate(instance.owner, instance.concurrency_key),
+           external = (SELECT s.handler IS NULL FROM gd._steps s
                         WHERE s.fsm = i.fsm AND s.version = i.version AND s.step = instance.wait_then_step),
            wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,
            eligible_at = clock_timestamp(), updated_at = clock_timestamp()
@@ -23,15 +23,15 @@ END $$;
 CREATE FUNCTION gd._expire_waits(batch int DEFAULT 500) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
-    expired gd.instances;
+    expired gd._instances;
     count int := 0;
 BEGIN
     FOR expired IN
-        SELECT * FROM gd.instances i
+        SELECT * FROM gd._instances i
          WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= clock_timestamp()
          ORDER BY i.wait_deadline LIMIT batch FOR UPDATE SKIP LOCKED
     LOOP
-        PERFORM gd._resume(expired, '{"timed_out": true, "signals": []}');
+        PERFORM gd._resume_parked(expired, '{"timed_out": true, "signals": []}');
         count := count + 1;
     END LOOP;
     PERFORM gd._count('await_timeout', count);
@@ -44,21 +44,21 @@ END $$;
 CREATE FUNCTION gd._resume_parents(only_these bigint[] DEFAULT NULL) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
-    parent gd.instances;
+    parent gd._instances;
     count int := 0;
 BEGIN
     FOR parent IN
-        SELECT * FROM gd.instances p
+        SELECT * FROM gd._instances p
          WHERE p.status = 'awaiting_children' AND (only_these IS NULL OR p.id = ANY (only_these))
-           AND NOT EXISTS (SELECT FROM gd.instances c
+           AND NOT EXISTS (SELECT FROM gd._instances c
                             WHERE c.parent_id = p.id
                               AND c.status IN ('runnable', 'executing', 'awaiting_signal', 'awaiting_children'))
          FOR UPDATE OF p SKIP LOCKED
     LOOP
-        PERFORM gd._resume(parent, jsonb_build_object('children', coalesce(
+        PERFORM gd._resume_parked(parent, jsonb_build_object('children', coalesce(
             (SELECT jsonb_agg(jsonb_build_object('id', c.id, 'fsm', c.fsm, 'status', c.status,
                                                  'result', c.result, 'error', c.error) ORDER BY c.id)
-               FROM gd.instances c WHERE c.parent_id = parent.id), '[]')));
+               FROM gd._instances c WHERE c.parent_id = parent.id), '[]')));
         count := count + 1;
     END LOOP;
     RETURN count;
@@ -73,7 +73,7 @@ BEGIN
     END IF;
     PERFORM gd._resume_parents();
     PERFORM gd._repair_keys();
-    RETURN least((SELECT min(i.wait_deadline) FROM gd.instances i
+    RETURN least((SELECT min(i.wait_deadline) FROM gd._instances i
                    WHERE i.status = 'awaiting_signal' AND i.wait_deadline IS NOT NULL),
                  gd._expire_leases());   -- external work: expired leases, scheduled work come due
 END $$;

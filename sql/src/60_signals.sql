@@ -8,15 +8,15 @@
 CREATE FUNCTION gd._wake_if_signalled(instance_id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    parked gd.instances;
+    parked gd._instances;
     consumed jsonb;
 BEGIN
-    SELECT * INTO parked FROM gd.instances i WHERE i.id = instance_id;
+    SELECT * INTO parked FROM gd._instances i WHERE i.id = instance_id;
     IF parked.status IS DISTINCT FROM 'awaiting_signal' THEN
         RETURN false;
     END IF;
     WITH taken AS (
-        UPDATE gd.signals s SET consumed_at = clock_timestamp()
+        UPDATE gd._signals s SET consumed_at = clock_timestamp()
          WHERE s.instance_id = parked.id AND s.consumed_at IS NULL AND s.name = ANY (parked.wait_names)
         RETURNING s.id, s.name, s.payload, s.dedup_key, s.delivered_at)
     SELECT jsonb_agg(jsonb_build_object('name', t.name, 'payload', t.payload, 'dedup_key', t.dedup_key,
@@ -25,67 +25,98 @@ BEGIN
     IF consumed IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM gd._resume(parked, jsonb_build_object('signals', consumed));
+    PERFORM gd._resume_parked(parked, jsonb_build_object('signals', consumed));
     RETURN true;
 END $$;
 
 CREATE FUNCTION @extschema@.gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
                                       dedup_key text DEFAULT NULL)
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE FUNCTION @extschema@.gd_signal(target text, name text, payload jsonb DEFAULT '{}',
+                                      dedup_key text DEFAULT NULL)
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+-- Store a signal in the inbox of a live instance the caller may use.  An
+-- instance it may not use is "not live" at once: the row is looked at
+-- before it is locked, so another tenant's running step never holds the
+-- caller back (which would tell it the instance exists).
+CREATE FUNCTION gd._deliver_signal(caller oid, target bigint, signal_name text, signal_payload jsonb,
+                                   signal_dedup_key text)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
-    inst gd.instances;
+    inst gd._instances;
     stored bigint;
 BEGIN
     IF target IS NULL THEN
         PERFORM gd._bad_argument('a signal needs a target instance');
     END IF;
-    IF gd_signal.name IS NULL OR gd_signal.name = '' THEN
+    IF signal_name IS NULL OR signal_name = '' THEN
         PERFORM gd._bad_argument('a signal needs a name');
     END IF;
-    PERFORM gd._check_length(gd_signal.name, 'signal name'), gd._check_length(gd_signal.dedup_key, 'dedup_key');
-    IF gd_signal.payload IS NULL THEN
-        PERFORM gd._bad_argument(format('payload of signal %L must not be NULL', gd_signal.name));
+    PERFORM gd._check_length(signal_name, 'signal name'), gd._check_length(signal_dedup_key, 'dedup_key');
+    IF signal_payload IS NULL THEN
+        PERFORM gd._bad_argument(format('payload of signal %L must not be NULL', signal_name));
     END IF;
-    -- Waits for a step in progress on the instance: it may be about to park.
-    SELECT * INTO inst FROM gd.instances i WHERE i.id = target FOR UPDATE;
-    IF NOT FOUND OR NOT inst.status = ANY (gd._live_statuses()) THEN
+    SELECT * INTO inst FROM gd._instances i WHERE i.id = target;
+    IF FOUND AND gd._may_use_instance(caller, inst.owner, inst.fsm) THEN
+        -- Waits for a step in progress on the instance: it may be about to park.
+        SELECT * INTO inst FROM gd._instances i WHERE i.id = target FOR UPDATE;
+    ELSE
+        inst := NULL;
+    END IF;
+    IF inst.id IS NULL OR NOT inst.status = ANY (gd._live_statuses()) THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found',
-            MESSAGE = format('gen_durable: signal %L: instance %s is not a live instance', gd_signal.name, target),
-            DETAIL = CASE WHEN FOUND THEN format('It is %s.', inst.status) ELSE 'It does not exist.' END;
+            MESSAGE = format('gen_durable: signal %L: instance %s is not a live instance', signal_name, target),
+            DETAIL = CASE WHEN inst.id IS NOT NULL THEN format('It is %s.', inst.status) ELSE 'It does not exist.' END;
     END IF;
-    INSERT INTO gd.signals AS s (instance_id, name, payload, dedup_key)
-    VALUES (inst.id, gd_signal.name, gd_signal.payload, gd_signal.dedup_key)
+    INSERT INTO gd._signals AS s (instance_id, name, payload, dedup_key)
+    VALUES (inst.id, signal_name, signal_payload, signal_dedup_key)
     ON CONFLICT (instance_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING s.id INTO stored;
     IF stored IS NULL THEN
         RETURN false;      -- this dedup_key was already delivered to this instance
     END IF;
-    IF inst.status = 'awaiting_signal' AND gd_signal.name = ANY (inst.wait_names) THEN
+    IF inst.status = 'awaiting_signal' AND signal_name = ANY (inst.wait_names) THEN
         PERFORM gd._wake_if_signalled(inst.id);
     END IF;
     RETURN true;
 END $$;
 
--- Signal by correlation key: the instance holding the key in its scope.
-CREATE FUNCTION @extschema@.gd_signal(target text, name text, payload jsonb DEFAULT '{}',
-                                      dedup_key text DEFAULT NULL)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
+CREATE FUNCTION gd._signal(target bigint, name text, payload jsonb, dedup_key text) RETURNS boolean
+LANGUAGE sql AS $$ SELECT gd._deliver_signal(gd._caller(), target, name, payload, dedup_key) $$;
+
+-- Signal by correlation key: the instance holding the key in its scope, in
+-- the key spaces of the owners whose instances the caller may use.
+CREATE FUNCTION gd._signal(target text, name text, payload jsonb, dedup_key text) RETURNS boolean
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_variable
 DECLARE
-    holder bigint;
+    caller oid := gd._caller();
+    holders bigint[];
 BEGIN
-    SELECT i.id INTO holder FROM gd.instances i WHERE i.correlation_key = target AND i.status = ANY (i.correlation_scope);
-    IF holder IS NULL THEN
+    SELECT array_agg(i.id ORDER BY i.id) INTO holders FROM gd._instances i
+     WHERE i.correlation_key = target AND i.status = ANY (i.correlation_scope)
+       AND gd._may_use_instance(caller, i.owner, i.fsm);
+    IF holders IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found',
             MESSAGE = format('gen_durable: signal %L: no live instance holds correlation key %L', name, target);
     END IF;
-    RETURN @extschema@.gd_signal(holder, name, payload, dedup_key);
+    IF cardinality(holders) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'cardinality_violation',
+            MESSAGE = format('gen_durable: signal %L: correlation key %L is held by instances of %s owners',
+                             name, target, cardinality(holders)),
+            DETAIL = format('Instances %s hold it.', array_to_string(holders, ', ')),
+            HINT = 'Signal the instance by its id.';
+    END IF;
+    RETURN gd._deliver_signal(caller, holders[1], name, payload, dedup_key);
 END $$;
 
 -- A spawn: insert the children (each an insert option object with an fsm)
--- under the parent about to park; returns how many.
-CREATE FUNCTION gd._spawn_children(parent_id bigint, children jsonb) RETURNS int
+-- under the parent about to park, with the rights of `caller`, who produced
+-- the outcome (the FSM's owner for an in-database step, the completing
+-- worker's role for an external one); returns how many.
+CREATE FUNCTION gd._spawn_children(caller oid, parent_id bigint, children jsonb) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     child jsonb;
@@ -98,70 +129,88 @@ BEGIN
     END IF;
     plain_fsm := gd._plain_entries_fsm(children, NULL);
     IF plain_fsm IS NOT NULL THEN
-        SELECT count(*) INTO spawned FROM gd._insert_plain(plain_fsm, children, parent_id);
+        SELECT count(*) INTO spawned FROM gd._insert_plain(caller, plain_fsm, children, parent_id);
         RETURN spawned;
     END IF;
     FOR child IN SELECT c FROM jsonb_array_elements(children) c LOOP
         IF jsonb_typeof(child) = 'object' AND NOT child ? 'fsm' THEN
             PERFORM gd._bad_argument(format('each child needs an fsm, got %s', child));
         END IF;
-        PERFORM gd._insert_entry(NULL, child, 'error', parent_id);
+        PERFORM gd._insert_entry(caller, NULL, child, 'error', parent_id);
         spawned := spawned + 1;
     END LOOP;
     RETURN spawned;
 END $$;
 
--- Cancel a live instance and its live descendants.
+-- Cancel a live instance the caller may use, and its live descendants.
 CREATE FUNCTION @extschema@.gd_cancel(id bigint, reason text DEFAULT NULL) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._cancel(id bigint, reason text) RETURNS boolean
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
-    target gd.instances;
+    caller oid := gd._caller();
+    target gd._instances;
     ended bigint;
+    freed_owner oid;
     freed_key text;
+    freed_owners oid[] := '{}';
     freed_keys text[] := '{}';
 BEGIN
-    SELECT * INTO target FROM gd.instances i WHERE i.id = gd_cancel.id FOR UPDATE;
-    IF NOT FOUND OR NOT target.status = ANY (gd._live_statuses()) THEN
+    -- Looked at before it is locked: see gd._deliver_signal.
+    SELECT * INTO target FROM gd._instances i WHERE i.id = _cancel.id;
+    IF NOT FOUND OR NOT gd._may_use_instance(caller, target.owner, target.fsm) THEN
         RETURN false;
     END IF;
-    FOR ended, freed_key IN
+    SELECT * INTO target FROM gd._instances i WHERE i.id = _cancel.id FOR UPDATE;
+    IF NOT target.status = ANY (gd._live_statuses()) THEN
+        RETURN false;
+    END IF;
+    FOR ended, freed_owner, freed_key IN
         WITH RECURSIVE tree AS (
             SELECT target.id AS id
             UNION ALL
-            SELECT c.id FROM gd.instances c JOIN tree t ON c.parent_id = t.id
+            SELECT c.id FROM gd._instances c JOIN tree t ON c.parent_id = t.id
              WHERE c.status = ANY (gd._live_statuses()))
-        UPDATE gd.instances i
+        UPDATE gd._instances i
            SET status = 'cancelled', error = jsonb_build_object('cancelled', coalesce(reason, '')), gated = false,
                wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,
                lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                finished_at = clock_timestamp(), updated_at = clock_timestamp()
           FROM tree
          WHERE i.id = tree.id AND i.status = ANY (gd._live_statuses())
-        RETURNING i.id, i.concurrency_key
+        RETURNING i.id, i.owner, i.concurrency_key
     LOOP
         PERFORM gd._wake_awaiters_on_commit(ended);
         IF freed_key IS NOT NULL THEN
+            freed_owners := freed_owners || freed_owner;
             freed_keys := freed_keys || freed_key;
         END IF;
     END LOOP;
-    PERFORM gd._ungate(k) FROM (SELECT DISTINCT unnest(freed_keys) AS k ORDER BY 1) keys;
+    PERFORM gd._ungate(k.owner, k.key)
+       FROM (SELECT DISTINCT f.owner, f.key FROM unnest(freed_owners, freed_keys) AS f(owner, key)
+              ORDER BY f.key, f.owner) k;
     IF target.parent_id IS NOT NULL THEN
         PERFORM gd._wake_reaper_on_commit();   -- a cancelled child counts as ended
     END IF;
     RETURN true;
 END $$;
 
--- A failed instance runs again at the step that failed, attempts reset.
+-- A failed instance the caller may use runs again at the step that failed, attempts reset.
 CREATE FUNCTION @extschema@.gd_retry(id bigint) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._retry(id bigint) RETURNS boolean
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
-    revived gd.instances;
+    caller oid := gd._caller();
+    revived gd._instances;
 BEGIN
-    UPDATE gd.instances i
+    UPDATE gd._instances i
        SET status = 'runnable', attempt = 1, error = NULL, result = NULL, finished_at = NULL,
-           gated = gd._must_gate(i.concurrency_key),
+           gated = gd._must_gate(i.owner, i.concurrency_key),
            eligible_at = clock_timestamp(), updated_at = clock_timestamp()
-     WHERE i.id = gd_retry.id AND i.status = 'failed'
+     WHERE i.id = _retry.id AND i.status = 'failed' AND gd._may_use_instance(caller, i.owner, i.fsm)
     RETURNING * INTO revived;
     IF NOT FOUND THEN
         RETURN false;
@@ -174,19 +223,23 @@ EXCEPTION WHEN unique_violation THEN
         MESSAGE = format('gen_durable: instance %s cannot run again: its correlation key is taken', id);
 END $$;
 
+-- Stop (or restart) picking steps of a queue; steps in flight finish. True if it changed.
+CREATE FUNCTION @extschema@.gd_pause(queue text) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE FUNCTION @extschema@.gd_resume(queue text) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
 CREATE FUNCTION gd._set_paused(queue_name text, pause boolean) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM gd._known_queue(queue_name);
-    UPDATE gd.queues q SET paused = pause WHERE q.name = queue_name AND q.paused <> pause;
+    UPDATE gd._queues q SET paused = pause WHERE q.name = queue_name AND q.paused <> pause;
     IF FOUND AND NOT pause THEN
         PERFORM gd._wake_on_commit(queue_name);
     END IF;
     RETURN FOUND;
 END $$;
-
--- Stop (or restart) picking steps of a queue; steps in flight finish. True if it changed.
-CREATE FUNCTION @extschema@.gd_pause(queue text) RETURNS boolean
+CREATE FUNCTION gd._pause(queue text) RETURNS boolean
 LANGUAGE sql AS $$ SELECT gd._set_paused(queue, true) $$;
-CREATE FUNCTION @extschema@.gd_resume(queue text) RETURNS boolean
+CREATE FUNCTION gd._resume(queue text) RETURNS boolean
 LANGUAGE sql AS $$ SELECT gd._set_paused(queue, false) $$;

@@ -10,16 +10,16 @@
 --
 -- Workers LISTEN on channel gd_work: at the commit of whatever makes external
 -- work runnable now, the engine sends NOTIFY gd_work, '<queue>' (at most once
--- per transaction and queue).  Triggers on gd.instances and gd.queues see
+-- per transaction and queue).  Triggers on gd._instances and gd._queues see
 -- every such change, whichever path makes it; work scheduled for later is
 -- announced by the reaper when it comes due.  Executors are never woken
 -- through NOTIFY.
 
 -- Each claim's lease token: a token names one claim, never reused.
-CREATE SEQUENCE gd.lease_tokens;
+CREATE SEQUENCE gd._lease_tokens;
 
 -- gd_claim's pick: runnable external steps of a queue, best first.
-CREATE INDEX instances_claim ON gd.instances (queue, priority, eligible_at, id)
+CREATE INDEX instances_claim ON gd._instances (queue, priority, eligible_at, id)
     WHERE status = 'runnable' AND external AND NOT gated;
 -- The reaper: leases soonest to expire, and external work soonest to come
 -- due.  Only work scheduled past its last change is the reaper's to announce
@@ -27,14 +27,14 @@ CREATE INDEX instances_claim ON gd.instances (queue, priority, eligible_at, id)
 -- claim, which does not ask for that, cannot be planned on this index (from
 -- an empty table's statistics the planner read a claim's whole backlog
 -- through it, and sorted it).
-CREATE INDEX instances_lease ON gd.instances (lease_expires_at) WHERE status = 'executing';
-CREATE INDEX instances_external_due ON gd.instances (eligible_at)
+CREATE INDEX instances_lease ON gd._instances (lease_expires_at) WHERE status = 'executing';
+CREATE INDEX instances_external_due ON gd._instances (eligible_at)
     WHERE status = 'runnable' AND external AND eligible_at > updated_at;
 
 -- Up to when the reaper has announced scheduled external work (one row).
-CREATE TABLE gd.external_due_announced (until timestamptz NOT NULL);
-CREATE UNIQUE INDEX external_due_announced_one_row ON gd.external_due_announced ((true));
-INSERT INTO gd.external_due_announced VALUES ('-infinity');
+CREATE TABLE gd._external_due_announced (until timestamptz NOT NULL);
+CREATE UNIQUE INDEX external_due_announced_one_row ON gd._external_due_announced ((true));
+INSERT INTO gd._external_due_announced VALUES ('-infinity');
 
 -- ---------------------------------------------------------------------------
 -- NOTIFY gd_work at commit (implemented in C++: src/notify.cpp)
@@ -51,16 +51,16 @@ CREATE FUNCTION gd._external_work_changed() RETURNS trigger
 
 -- (Work waiting for room under its concurrency key is not claimable: it is
 -- announced when admitted.)
-CREATE TRIGGER external_work_inserted AFTER INSERT ON gd.instances
+CREATE TRIGGER external_work_inserted AFTER INSERT ON gd._instances
     FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external AND NOT NEW.gated)
     EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
-CREATE TRIGGER external_work_updated AFTER UPDATE ON gd.instances
+CREATE TRIGGER external_work_updated AFTER UPDATE ON gd._instances
     FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external AND NOT NEW.gated
                        AND (OLD.status <> 'runnable' OR NOT OLD.external OR OLD.gated
                             OR OLD.eligible_at <> NEW.eligible_at))
     EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
 -- A resumed queue: its external work can be claimed again.
-CREATE TRIGGER external_queue_resumed AFTER UPDATE ON gd.queues
+CREATE TRIGGER external_queue_resumed AFTER UPDATE ON gd._queues
     FOR EACH ROW WHEN (OLD.paused AND NOT NEW.paused)
     EXECUTE FUNCTION gd._external_work_changed('name');
 
@@ -95,12 +95,19 @@ END $$;
 -- caller commits.  A paused queue yields nothing.
 CREATE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+-- Only steps of FSMs the caller may use are claimed.
+CREATE FUNCTION gd._claim(queue text, worker text, max int, lease interval)
+RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
-    claim_queue text := gd_claim.queue;
-    claim_worker text := gd_claim.worker;
-    claim_max int := gd_claim.max;
-    lease_length interval := gd._check_lease(coalesce(gd_claim.lease, gd._default_lease()), 'lease');
+    caller oid := gd._caller();
+    claim_queue text := _claim.queue;
+    claim_worker text := _claim.worker;
+    claim_max int := _claim.max;
+    lease_length interval := gd._check_lease(coalesce(_claim.lease, gd._default_lease()), 'lease');
+    usable text[];   -- the FSMs the caller may use; NULL: all (a superuser)
 BEGIN
     PERFORM gd._known_queue(claim_queue);
     IF claim_worker IS NULL OR claim_worker = '' THEN
@@ -108,6 +115,9 @@ BEGIN
     END IF;
     IF claim_max IS NULL OR claim_max < 1 OR claim_max > 1000 THEN
         PERFORM gd._bad_argument(format('max must be between 1 and 1000, got %s', coalesce(claim_max::text, 'NULL')));
+    END IF;
+    IF NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller) THEN
+        usable := ARRAY(SELECT DISTINCT f.name FROM gd._fsms f WHERE gd._may_use(caller, f.name));
     END IF;
     RETURN QUERY
     -- The first row of each priority, one index descent each (a loose index
@@ -117,38 +127,39 @@ BEGIN
     -- rows of the next), and a scan of each priority from its front would
     -- walk the entries a held MVCC horizon keeps there twice.
     WITH RECURSIVE firsts(priority, eligible_at, id) AS (
-        (SELECT i.priority, i.eligible_at, i.id FROM gd.instances i
+        (SELECT i.priority, i.eligible_at, i.id FROM gd._instances i
           WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
           ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)
         UNION ALL
         SELECT n.* FROM firsts p CROSS JOIN LATERAL (
-            SELECT i.priority, i.eligible_at, i.id FROM gd.instances i
+            SELECT i.priority, i.eligible_at, i.id FROM gd._instances i
              WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
                AND i.priority > p.priority
              ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n),
     due AS MATERIALIZED (
         SELECT r.* FROM firsts p CROSS JOIN LATERAL (
-            SELECT i.id, i.fsm, i.version, i.step, i.rate_limit, i.weight FROM gd.instances i
+            SELECT i.id, i.fsm, i.version, i.owner, i.step, i.rate_limit, i.weight FROM gd._instances i
              WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
                AND i.priority = p.priority AND i.eligible_at <= now()
                AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)
+               AND (usable IS NULL OR i.fsm = ANY (usable))
              ORDER BY i.eligible_at, i.id
              LIMIT claim_max
                FOR UPDATE OF i SKIP LOCKED) r
-         WHERE NOT EXISTS (SELECT FROM gd.queues q WHERE q.name = claim_queue AND q.paused)
+         WHERE NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = claim_queue AND q.paused)
          LIMIT claim_max),
     picked AS MATERIALIZED (
-        SELECT d.id, d.rate_limit, d.weight, s.rate_limit AS step_rate_limit, clock_timestamp() AS claimed_at
+        SELECT d.id, d.owner, d.rate_limit, d.weight, s.rate_limit AS step_rate_limit, clock_timestamp() AS claimed_at
           FROM due d
-          LEFT JOIN gd.steps s ON s.fsm = d.fsm AND s.version = d.version AND s.step = d.step),
+          LEFT JOIN gd._steps s ON s.fsm = d.fsm AND s.version = d.version AND s.step = d.step),
     -- Rate limits: a step without its tokens stays runnable, pushed back until they are there.
     admitted AS MATERIALIZED (
         SELECT p.id, p.claimed_at FROM picked p
          WHERE (p.rate_limit IS NULL AND p.step_rate_limit IS NULL)
-            OR gd._admit_rate(p.id, ARRAY[p.rate_limit, p.step_rate_limit], p.weight) IS NULL),
+            OR gd._admit_rate(p.id, p.owner, ARRAY[p.rate_limit, p.step_rate_limit], p.weight) IS NULL),
     claimed AS (
-        UPDATE gd.instances i
-           SET status = 'executing', lease_owner = claim_worker, lease_token = nextval('gd.lease_tokens'),
+        UPDATE gd._instances i
+           SET status = 'executing', lease_owner = claim_worker, lease_token = nextval('gd._lease_tokens'::regclass),
                lease_expires_at = p.claimed_at + lease_length, updated_at = p.claimed_at
           FROM admitted p
          WHERE i.id = p.id
@@ -165,14 +176,20 @@ END $$;
 -- Extend a claim's lease to `extend` from now (default: the length the lease
 -- was given).  False when the token no longer owns the row.
 CREATE FUNCTION @extschema@.gd_heartbeat(id bigint, lease_token bigint, extend interval DEFAULT NULL)
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._heartbeat(id bigint, lease_token bigint, extend interval)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    caller oid := gd._caller();
 BEGIN
     PERFORM gd._check_claim(id, lease_token);
     PERFORM gd._check_lease(extend, 'extend');
-    UPDATE gd.instances i
+    UPDATE gd._instances i
        SET lease_expires_at = t.at + coalesce(extend, i.lease_expires_at - i.updated_at), updated_at = t.at
       FROM (SELECT clock_timestamp() AS at) t
-     WHERE i.id = gd_heartbeat.id AND i.lease_token = gd_heartbeat.lease_token AND i.status = 'executing';
+     WHERE i.id = _heartbeat.id AND i.lease_token = _heartbeat.lease_token AND i.status = 'executing'
+       AND gd._may_use_instance(caller, i.owner, i.fsm);
     RETURN FOUND;
 END $$;
 
@@ -180,13 +197,19 @@ END $$;
 -- once, in its old place, no attempt counted.  False when the token no
 -- longer owns the row.
 CREATE FUNCTION @extschema@.gd_release(id bigint, lease_token bigint)
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._release(id bigint, lease_token bigint)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
+DECLARE
+    caller oid := gd._caller();
 BEGIN
     PERFORM gd._check_claim(id, lease_token);
-    UPDATE gd.instances i
+    UPDATE gd._instances i
        SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
            updated_at = clock_timestamp()
-     WHERE i.id = gd_release.id AND i.lease_token = gd_release.lease_token AND i.status = 'executing';
+     WHERE i.id = _release.id AND i.lease_token = _release.lease_token AND i.status = 'executing'
+       AND gd._may_use_instance(caller, i.owner, i.fsm);
     IF FOUND THEN
         PERFORM gd._count('drained');
     END IF;
@@ -194,8 +217,11 @@ BEGIN
 END $$;
 
 -- Apply a claimed step's outcome, exactly as if an in-database handler had
--- returned it; false (outcome dropped) when the token no longer owns the row.
+-- returned it; false (outcome dropped) when the token no longer owns the row
+-- (or the caller may not use it).
 CREATE FUNCTION @extschema@.gd_complete(id bigint, lease_token bigint, outcome gd.outcome)
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE FUNCTION gd._complete(id bigint, lease_token bigint, outcome gd.outcome)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_complete';
 
 -- gd_complete for a batch: position k of the three arrays is one claim and
@@ -203,6 +229,8 @@ RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_complete';
 -- the outcome was dropped as stale.  All in one lock and one UPDATE; a bad
 -- outcome anywhere raises and completes none.
 CREATE FUNCTION @extschema@.gd_complete_all(ids bigint[], lease_tokens bigint[], outcomes gd.outcome[])
+RETURNS TABLE (id bigint, completed boolean) LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE FUNCTION gd._complete_all(ids bigint[], lease_tokens bigint[], outcomes gd.outcome[])
 RETURNS TABLE (id bigint, completed boolean) LANGUAGE c AS 'MODULE_PATHNAME', 'gd_complete_all';
 
 -- ---------------------------------------------------------------------------
@@ -227,13 +255,13 @@ DECLARE
 BEGIN
     -- Read without a lock: an idle reaper writes nothing; two announcers at
     -- once only announce a queue twice.
-    SELECT a.until INTO since FROM gd.external_due_announced a;
-    SELECT array_agg(DISTINCT i.queue) INTO due_queues FROM gd.instances i
+    SELECT a.until INTO since FROM gd._external_due_announced a;
+    SELECT array_agg(DISTINCT i.queue) INTO due_queues FROM gd._instances i
      WHERE i.status = 'runnable' AND i.external AND i.eligible_at > i.updated_at
        AND i.eligible_at > since - interval '1 second' AND i.eligible_at <= now();
     IF due_queues IS NOT NULL THEN
         PERFORM gd._notify_work_on_commit(q) FROM unnest(due_queues) q;
-        UPDATE gd.external_due_announced SET until = now();
+        UPDATE gd._external_due_announced SET until = now();
     END IF;
 END $$;
 
@@ -249,9 +277,9 @@ BEGIN
     PERFORM gd._announce_due_external();
     -- Leases already expired but locked by their worker's gd_complete are
     -- not waited for here: they are either completed or found next round.
-    RETURN least((SELECT min(i.lease_expires_at) FROM gd.instances i
+    RETURN least((SELECT min(i.lease_expires_at) FROM gd._instances i
                    WHERE i.status = 'executing' AND i.lease_expires_at >= now()),
-                 (SELECT min(i.eligible_at) FROM gd.instances i
+                 (SELECT min(i.eligible_at) FROM gd._instances i
                    WHERE i.status = 'runnable' AND i.external AND i.eligible_at > i.updated_at
                      AND i.eligible_at > now()));
 END $$;

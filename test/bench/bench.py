@@ -416,7 +416,7 @@ def reset(admin):
                       "   AND eligible_at <= now() + interval '1 hour'")
     if live:
         log(f"    (warning: {live} live gen_durable instances left by the previous run)")
-    admin.execute("TRUNCATE gd.instances, gd.signals")
+    admin.execute("TRUNCATE gd._instances, gd._signals")
     if one(admin, "SELECT to_regclass('pgboss.job') IS NOT NULL"):
         admin.execute("TRUNCATE pgboss.job, pgboss.archive")
     if one(admin, "SELECT to_regclass('graphile_worker._private_jobs') IS NOT NULL"):
@@ -576,11 +576,11 @@ def gd_clone(admin, template_id, count, state_sql="jsonb_build_object('n', -g, '
     """count copies of one gd.instances row (made by the API), in one INSERT: W5's backlog
     without calling gd_insert a million times (13,000/s here, it would dominate the run)."""
     cols = [r[0] for r in admin.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = 'gd.instances'::regclass AND attnum > 0"
+        "SELECT attname FROM pg_attribute WHERE attrelid = 'gd._instances'::regclass AND attnum > 0"
         "   AND NOT attisdropped AND attidentity = '' AND attgenerated = '' ORDER BY attnum").fetchall()]
     extra = extra or {}
     exprs = [state_sql if c == "state" else extra.get(c, f"t.{c}") for c in cols]
-    admin.execute(f"INSERT INTO gd.instances ({', '.join(cols)})"
+    admin.execute(f"INSERT INTO gd._instances ({', '.join(cols)})"
                   f" SELECT {', '.join(exprs)} FROM gd.instances t, generate_series(1, %s) g WHERE t.id = %s",
                   (count, template_id))
 
@@ -600,7 +600,7 @@ def gd_backlog(admin, fsm, count, finished):
 
 
 def gd_backlog_clear_waiting(admin):
-    admin.execute("DELETE FROM gd.instances WHERE status = 'runnable' AND eligible_at > now() + interval '1 hour'")
+    admin.execute("DELETE FROM gd._instances WHERE status = 'runnable' AND eligible_at > now() + interval '1 hour'")
 
 
 def node_backlog(admin, system, count):
@@ -624,7 +624,7 @@ def pgq_recreate(admin):
 
 def queue_tables(admin, system):
     if system in ("gd", "gdext"):
-        return ["gd.instances"]
+        return ["gd._instances"]
     if system == "pgboss":
         return [r[0] for r in admin.execute(
             "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = 'pgboss.job'::regclass").fetchall()]

@@ -91,10 +91,10 @@ LANGUAGE sql AS $$
 SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('gd.instances', 'id')::regclass), 0),
        i.total, i.live, i.finished,
        si.n_live_tup, si.n_dead_tup, (SELECT dead_tuple_count FROM pgstattuple('gd.instances')),
-       pg_total_relation_size('gd.instances') / 1024, si.autovacuum_count,
+       pg_total_relation_size('gd._instances') / 1024, si.autovacuum_count,
        (SELECT count(*) FROM gd.signals),
        ss.n_live_tup, ss.n_dead_tup, (SELECT dead_tuple_count FROM pgstattuple('gd.signals')),
-       pg_total_relation_size('gd.signals') / 1024, ss.autovacuum_count,
+       pg_total_relation_size('gd._signals') / 1024, ss.autovacuum_count,
        (SELECT count FROM gd.stats WHERE event = 'gc_swept'),
        (SELECT sum(count) FROM gd.stats WHERE event LIKE 'step\_%'),
        (SELECT count FROM gd.stats WHERE event = 'step_done'),
@@ -106,5 +106,5 @@ SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('gd.instances', 'i
                count(*) FILTER (WHERE status IN ('done', 'failed', 'cancelled')) AS finished
           FROM gd.instances) i,
        pg_stat_user_tables si, pg_stat_user_tables ss
- WHERE si.relid = 'gd.instances'::regclass AND ss.relid = 'gd.signals'::regclass
+ WHERE si.relid = 'gd._instances'::regclass AND ss.relid = 'gd._signals'::regclass
 $$;

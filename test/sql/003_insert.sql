@@ -33,11 +33,11 @@ SELECT count(*) FROM gd.instances WHERE correlation_key = 'order-1';
 SELECT gd_insert('order', correlation_key => 'order-1', correlation_scope => '{}') IS NOT NULL AS unscoped_inserted;
 SELECT count(*) FROM gd.instances WHERE correlation_key = 'order-1';
 -- Once the occupant leaves the scope (done is not live), the key is free again...
-UPDATE gd.instances SET status = 'done' WHERE id = :key_id;
+UPDATE gd._instances SET status = 'done' WHERE id = :key_id;
 SELECT gd_insert('order', correlation_key => 'order-1') > :key_id AS reused_after_done;
 -- ...unless its scope keeps it reserved after completion.
 SELECT gd_insert('order', correlation_key => 'order-2', correlation_scope => '{runnable,done}') AS kept_id \gset
-UPDATE gd.instances SET status = 'done' WHERE id = :kept_id;
+UPDATE gd._instances SET status = 'done' WHERE id = :kept_id;
 SELECT gd_insert('order', correlation_key => 'order-2', on_duplicate => 'existing') = :kept_id AS still_reserved;
 
 -- Refusals: the right SQLSTATE, a gen_durable: message, and nothing written.

@@ -35,7 +35,7 @@ DECLARE
 BEGIN
     FOR i IN 1..6 LOOP
         -- make the instance eligible now, run it, and measure how far its retry was pushed
-        UPDATE gd.instances SET eligible_at = now() - interval '1 second' WHERE fsm = 'r' AND step = 'fail';
+        UPDATE gd._instances SET eligible_at = now() - interval '1 second' WHERE fsm = 'r' AND step = 'fail';
         before := clock_timestamp();
         PERFORM gd._execute('retries', 1);
         SELECT * INTO inst FROM gd.instances WHERE fsm = 'r' AND step = 'fail';

@@ -29,10 +29,10 @@ SELECT * FROM gd_await(:busy_id, '100ms');
 SELECT * FROM gd_await(:busy_id, '0s');
 
 -- awaiting: parked instances settle the wait, unless until => 'terminal'.
-UPDATE gd.instances SET status = 'awaiting_signal' WHERE id = :busy_id;
+UPDATE gd._instances SET status = 'awaiting_signal' WHERE id = :busy_id;
 SELECT * FROM gd_await(:busy_id, '5s');
 SELECT * FROM gd_await(:busy_id, '100ms', until => 'terminal');
-UPDATE gd.instances SET status = 'runnable' WHERE id = :busy_id;
+UPDATE gd._instances SET status = 'runnable' WHERE id = :busy_id;
 
 -- not_found
 SELECT * FROM gd_await(-1, '1s');

@@ -29,8 +29,8 @@ SELECT status, result FROM gd_await(:plain_id, '30s');
 SELECT status, error->>'sqlstate' AS sqlstate, error->>'message' AS message FROM gd_await(:peek_id, '30s');
 SELECT run_as FROM t.ledger WHERE instance_id IN (:plain_id, :peek_id);
 
-DELETE FROM gd.instances WHERE fsm = 'alices';
-DELETE FROM gd.fsms WHERE name = 'alices';
+DELETE FROM gd._instances WHERE fsm = 'alices';
+DELETE FROM gd._fsms WHERE name = 'alices';
 REVOKE ALL ON ALL TABLES IN SCHEMA gd FROM regress_gd_alice;
 REVOKE ALL ON SCHEMA gd, t FROM regress_gd_alice;
 REVOKE ALL ON t.ledger FROM regress_gd_alice;

@@ -53,16 +53,16 @@ SELECT kind, queue, count(*) FROM gd.workers WHERE database = current_database()
 -- GC: terminal instances past retention go, with their signals; live ones,
 -- recent ones and the finished children of a live parent stay.  (The
 -- background collector may sweep too: the outcome is the same.)
-DELETE FROM gd.instances WHERE fsm = 'obs';
+DELETE FROM gd._instances WHERE fsm = 'obs';
 SELECT gd_insert('obs', correlation_key => 'gc-old') AS old_id \gset
 SELECT gd_signal(:old_id, 'note');
 SELECT gd_insert('obs', correlation_key => 'gc-recent') AS recent_id \gset
 SELECT gd_insert('obs', correlation_key => 'gc-live-parent') AS live_id \gset
 SELECT gd_insert('obs', correlation_key => 'gc-old-child') AS child_id \gset
-UPDATE gd.instances SET parent_id = :live_id WHERE id = :child_id;
-UPDATE gd.instances SET status = 'awaiting_children' WHERE id = :live_id;
-UPDATE gd.instances SET status = 'done', finished_at = now() - interval '2 days' WHERE id IN (:old_id, :child_id);
-UPDATE gd.instances SET status = 'done', finished_at = now() WHERE id = :recent_id;
+UPDATE gd._instances SET parent_id = :live_id WHERE id = :child_id;
+UPDATE gd._instances SET status = 'awaiting_children' WHERE id = :live_id;
+UPDATE gd._instances SET status = 'done', finished_at = now() - interval '2 days' WHERE id IN (:old_id, :child_id);
+UPDATE gd._instances SET status = 'done', finished_at = now() WHERE id = :recent_id;
 SELECT gd_stats_reset();
 SELECT gd._gc(interval '1 day') <= 1 AS swept_at_most_one;
 SELECT correlation_key, status FROM gd.instances WHERE fsm = 'obs' ORDER BY 1;
@@ -70,6 +70,6 @@ SELECT (SELECT count FROM gd.stats WHERE event = 'gc_swept') >= 1 AS gc_swept_co
 SELECT count(*) AS signals_left_of_swept FROM gd.signals WHERE instance_id = :old_id;
 SELECT gd._gc(interval '1 day') AS swept_again;
 -- Once the parent has ended, its old children go too.
-UPDATE gd.instances SET status = 'cancelled', finished_at = now() WHERE id = :live_id;
+UPDATE gd._instances SET status = 'cancelled', finished_at = now() WHERE id = :live_id;
 SELECT gd._gc(interval '1 day') AS children_swept;
 SELECT correlation_key, status FROM gd.instances WHERE fsm = 'obs' ORDER BY 1;

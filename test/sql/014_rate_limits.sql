@@ -24,7 +24,7 @@ SELECT gd._execute('rl', 100) AS ran_again;   -- nothing: the waiting ones are n
 SELECT count(gd_insert('limited', rate_limit => 'api:' || p)) FROM unnest(ARRAY['a', 'a', 'a', 'b']) p;
 SELECT gd_insert('limited', rate_limit => 'api:b', weight => 3) IS NOT NULL AS heavy;
 SELECT gd._execute('rl', 100) AS ran;          -- a,a,a and b (3 tokens left... then 2): the heavy one waits
-SELECT key, round(tokens::numeric, 1) AS tokens FROM gd.rate_buckets WHERE key LIKE 'api%' ORDER BY key;
+SELECT key, round(tokens::numeric, 1) AS tokens FROM gd._rate_buckets WHERE key LIKE 'api%' ORDER BY key;
 SELECT rate_limit, weight, status FROM gd.instances WHERE fsm = 'limited' AND rate_limit LIKE 'api:%' ORDER BY id;
 
 -- A step may name a limit too: every run of it takes a token.

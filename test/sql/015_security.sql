@@ -38,8 +38,8 @@ SELECT gd_cancel(:private_id) AS cancelled, gd_retry(:private_id) AS retried;
 SELECT t.try($$SELECT gd_define_fsm('private', initial => 'park', version => 2)$$);
 SELECT t.try($$SELECT gd_define_step('private', 'evil', 't.private_step(jsonb, gd.context)'::regprocedure)$$);
 SELECT t.try($$SELECT gd_grant('private', 'regress_gd_other')$$);
-SELECT t.try($$UPDATE gd.instances SET status = 'done'$$), (SELECT count(*) FROM gd.instances) AS still_none;
-SELECT t.try($$INSERT INTO gd.instances (fsm, version, step, state, queue, external, correlation_scope)
+SELECT t.try($$UPDATE gd._instances SET status = 'done'$$), (SELECT count(*) FROM gd.instances) AS still_none;
+SELECT t.try($$INSERT INTO gd._instances (fsm, version, step, state, queue, external, correlation_scope)
                VALUES ('private', 1, 'park', '{}', 'sec', false, '{}')$$);
 -- Administration is refused.
 SELECT t.try($$SELECT gd_pause('sec')$$);
@@ -75,10 +75,10 @@ SELECT count(*) AS security_definer_functions
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'gen_durable'
  WHERE p.prosecdef;
 
-DELETE FROM gd.instances WHERE fsm = 'private';
-DELETE FROM gd.grants WHERE fsm = 'private';
-DELETE FROM gd.steps WHERE fsm = 'private';
-DELETE FROM gd.fsms WHERE name = 'private';
+DELETE FROM gd._instances WHERE fsm = 'private';
+DELETE FROM gd._grants WHERE fsm = 'private';
+DELETE FROM gd._steps WHERE fsm = 'private';
+DELETE FROM gd._fsms WHERE name = 'private';
 REVOKE ALL ON SCHEMA t FROM regress_gd_owner, regress_gd_other;
 REVOKE ALL ON FUNCTION t.try(text) FROM regress_gd_owner, regress_gd_other;
 DROP ROLE regress_gd_other, regress_gd_team, regress_gd_owner;

@@ -62,7 +62,7 @@ SELECT count(DISTINCT lease_token) AS tokens FROM gd.instances WHERE fsm = 'xw' 
 SELECT count(*) AS nothing_left FROM gd_claim('claims', 'w3', 10);
 
 -- A paused queue yields nothing.
-UPDATE gd.instances SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+UPDATE gd._instances SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE state->>'n' = 'c';
 SELECT gd_pause('claims');
 SELECT count(*) AS while_paused FROM gd_claim('claims', 'w1');
@@ -74,7 +74,7 @@ SELECT id AS b_id, lease_token AS b_token FROM gd.instances WHERE state->>'n' = 
 SELECT id AS c_id, lease_token AS c_token FROM gd.instances WHERE state->>'n' = 'c' \gset
 
 -- Heartbeats extend the lease from now: by the length it was given, or by `extend`.
-UPDATE gd.instances SET lease_expires_at = now() + interval '10 seconds', updated_at = now() - interval '20 seconds'
+UPDATE gd._instances SET lease_expires_at = now() + interval '10 seconds', updated_at = now() - interval '20 seconds'
  WHERE id = :b_id;
 SELECT gd_heartbeat(:b_id, :b_token) AS kept;
 SELECT lease_expires_at - updated_at AS extended_by, lease_expires_at > now() + interval '29 seconds' AS from_now
@@ -113,7 +113,7 @@ SELECT n, status, has_token FROM t.xw WHERE n = 'a';
 SELECT gd_complete(:a_id, :a_token, gd_retry('{"why": "busy"}'::jsonb)) AS applied;
 SELECT n, status, step, external, attempt, error, has_token FROM t.xw WHERE n = 'a';
 SELECT round(extract(epoch FROM eligible_at - now()) / 60) AS minutes_ahead FROM gd.instances WHERE id = :a_id;
-UPDATE gd.instances SET eligible_at = now() - interval '1 second' WHERE id = :a_id;
+UPDATE gd._instances SET eligible_at = now() - interval '1 second' WHERE id = :a_id;
 SELECT (ctx).attempt, lease_token AS a_token FROM gd_claim('claims', 'w1') \gset
 SELECT :attempt AS ctx_attempt;
 SELECT gd_complete(:a_id, :a_token, gd_retry('{"why": "still busy"}'::jsonb, '0s')) AS applied;
@@ -151,10 +151,10 @@ SELECT n, status FROM t.xw WHERE n = 'rel';
 SELECT gd_insert('xw', '{"n": "lost1"}') AS lost1_id, gd_insert('xw', '{"n": "lost2"}') AS lost2_id \gset
 SELECT gd_insert('xw', '{"n": "alive"}') AS alive_id \gset
 SELECT count(*) FROM gd_claim('claims', 'dead-worker', 3, '1 hour');
-UPDATE gd.instances SET attempt = 2 WHERE id = :lost2_id;
+UPDATE gd._instances SET attempt = 2 WHERE id = :lost2_id;
 SELECT lease_token AS lost1_token FROM gd.instances WHERE id = :lost1_id \gset
 BEGIN;
-UPDATE gd.instances SET lease_expires_at = now() - interval '1 second', updated_at = now() - interval '1 hour 1 second'
+UPDATE gd._instances SET lease_expires_at = now() - interval '1 second', updated_at = now() - interval '1 hour 1 second'
  WHERE id IN (:lost1_id, :lost2_id, :alive_id);
 -- An expired lease not yet reclaimed still owns the row: a heartbeat keeps it.
 SELECT gd_heartbeat(:alive_id, lease_token) AS alive_kept FROM gd.instances WHERE id = :alive_id;
@@ -213,5 +213,5 @@ SELECT s.event, s.count - b.count AS counted FROM gd.stats s JOIN t.stats_before
  WHERE s.event IN ('outcome_stale', 'reaped', 'drained') ORDER BY 1;
 
 -- Clean up the claims so later suites see no leases.
-UPDATE gd.instances SET status = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+UPDATE gd._instances SET status = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE fsm = 'xw' AND status IN ('runnable', 'executing');

@@ -128,7 +128,7 @@ SELECT t.bad_try('22023', $$SELECT gd_define_step('bad', (SELECT r FROM t.bad_bi
 -- The steps of 'bad' after all this: a (the real one), b_long, and what was wrongly accepted.
 SELECT step, handler IS NULL AS external, max_attempts, backoff, timeout FROM gd.steps WHERE fsm = 'bad' ORDER BY step;
 -- Undo what was wrongly accepted, so the rest of the file does not depend on it.
-DELETE FROM gd.steps WHERE fsm = 'bad' AND step IN ('b_dangling', 'b_huge_backoff');
+DELETE FROM gd._steps WHERE fsm = 'bad' AND step IN ('b_dangling', 'b_huge_backoff');
 
 -- =========================================================================
 -- gd_insert(fsm, state, step, queue, priority, concurrency_key, correlation_key,
@@ -495,9 +495,9 @@ BEGIN
         WHEN 'commit' THEN COMMIT; RETURN gd_done();
         WHEN 'drop_own' THEN INSERT INTO t.bad_own VALUES (ctx.id); DROP TABLE t.bad_own; RETURN gd_next('z');
         WHEN 'use_own' THEN INSERT INTO t.bad_own VALUES (ctx.id); RETURN gd_next('z');
-        WHEN 'drop_engine' THEN DROP TABLE gd.instances; RETURN gd_done();
+        WHEN 'drop_engine' THEN DROP TABLE gd._instances; RETURN gd_done();
         WHEN 'drop_extension' THEN DROP EXTENSION gen_durable CASCADE; RETURN gd_done();
-        WHEN 'tamper' THEN UPDATE gd.instances SET status = 'done', step = 'nowhere' WHERE id = ctx.id; RETURN gd_next('z');
+        WHEN 'tamper' THEN UPDATE gd._instances SET status = 'done', step = 'nowhere' WHERE id = ctx.id; RETURN gd_next('z');
         WHEN 'huge_state' THEN RETURN gd_next('z', jsonb_build_object('blob', repeat('y', 1000000)));
         WHEN 'huge_delay' THEN RETURN gd_next('z', NULL, '178000000 years');
         WHEN 'overflow_delay' THEN RETURN gd_next('z', NULL, '300000 years');
@@ -591,7 +591,7 @@ CREATE TABLE t.bad_poison (name text PRIMARY KEY, id bigint, bystander bigint);
 CREATE FUNCTION t.bad_vanish(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     IF state->>'do' = 'delete_self' THEN
-        DELETE FROM gd.instances WHERE id = ctx.id;
+        DELETE FROM gd._instances WHERE id = ctx.id;
     ELSIF state->>'do' = 'bystander' THEN
         NULL;
     END IF;

@@ -117,7 +117,7 @@ SELECT gd_define_fsm('p', initial => 's1', queue => 'pa', state_defaults => '{"n
 SELECT gd_define_step('p', 's1', 'prop.step(jsonb, gd.context)'::regprocedure, max_attempts => 3, backoff => '20ms', max_backoff => '100ms');
 SELECT gd_define_step('p', 's2', 'prop.step(jsonb, gd.context)'::regprocedure, max_attempts => 3, backoff => '20ms', max_backoff => '100ms');
 SELECT gd_define_step('p', 'x', NULL, max_attempts => 4, backoff => '20ms', max_backoff => '100ms');
-INSERT INTO gd.queues (name) VALUES ('pm') ON CONFLICT DO NOTHING;   -- the manual queue: stepped by gd._execute
+INSERT INTO gd._queues (name) VALUES ('pm') ON CONFLICT DO NOTHING;   -- the manual queue: stepped by gd._execute
 
 -- Run one call; log its result.
 CREATE FUNCTION prop.call(session int, k int, kind text, statement text) RETURNS void LANGUAGE plpgsql AS $$

@@ -32,7 +32,7 @@ CREATE TABLE ledger (instance bigint PRIMARY KEY);
 CREATE FUNCTION work(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     IF state->>'do' = 'vanish' THEN
-        DELETE FROM gd.instances WHERE id = ctx.id;
+        DELETE FROM gd._instances WHERE id = ctx.id;
     END IF;
     INSERT INTO ledger VALUES (ctx.id);
     RETURN gd_done();

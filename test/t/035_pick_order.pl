@@ -45,7 +45,7 @@ cmp_ok($overtaken, '<=', 12,
 # second, before the backlog ends.
 my $behind = $node->safe_psql('postgres', 'DELETE FROM ledger WHERE seq = 1 RETURNING instance_id');
 $node->safe_psql('postgres', qq{
-	UPDATE gd.instances SET status = 'runnable', finished_at = NULL, result = NULL, eligible_at = created_at
+	UPDATE gd._instances SET status = 'runnable', finished_at = NULL, result = NULL, eligible_at = created_at
 	 WHERE id = $behind});
 $node->poll_query_until('postgres', "SELECT count(*) = 1 FROM ledger WHERE instance_id = $behind")
   or die 'the row behind the resume point never ran';

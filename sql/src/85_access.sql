@@ -1,0 +1,32 @@
+-- ---------------------------------------------------------------------------
+-- Granting the use of an FSM (the model: "Who may do what" in 20_internals.sql)
+-- ---------------------------------------------------------------------------
+
+-- Let a role, and its members, use the FSM's instances (owner only).
+CREATE FUNCTION @extschema@.gd_grant(fsm text, role regrole) RETURNS void
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._grant(fsm text, role regrole) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM gd._newest_fsm(fsm);
+    PERFORM gd._check_owns(gd._caller(), fsm);
+    IF role IS NULL THEN
+        PERFORM gd._bad_argument('gd_grant needs a role');
+    END IF;
+    INSERT INTO gd._grants AS g (fsm, role) VALUES (fsm, role) ON CONFLICT DO NOTHING;
+END $$;
+
+CREATE FUNCTION @extschema@.gd_revoke(fsm text, role regrole) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE FUNCTION gd._revoke(fsm text, role regrole) RETURNS boolean
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM gd._newest_fsm(fsm);
+    PERFORM gd._check_owns(gd._caller(), fsm);
+    DELETE FROM gd._grants g WHERE g.fsm = fsm AND g.role = role;
+    RETURN FOUND;
+END $$;

@@ -1,0 +1,110 @@
+-- ---------------------------------------------------------------------------
+-- What users read: the tables through views
+-- ---------------------------------------------------------------------------
+-- Each view belongs to the extension's owner, so it reads the closed tables,
+-- and its predicate tests the reading role (current_user), so it shows each
+-- role the rows of the FSMs it may use: gd._may_use's rule, written out,
+-- because a view may call only what its reader may execute.  They are
+-- security barriers, so a reader's own functions in a query never see rows
+-- before the predicate has filtered them, and none can be written to.
+
+-- Instances of the FSMs the reader may use.
+CREATE VIEW gd.instances WITH (security_barrier) AS
+SELECT i.* FROM gd._instances i
+ WHERE pg_has_role(i.owner, 'MEMBER')
+    OR i.fsm IN (SELECT g.fsm FROM gd._grants g WHERE pg_has_role(g.role, 'MEMBER'));
+
+-- Their inboxes.
+CREATE VIEW gd.signals WITH (security_barrier) AS
+SELECT s.* FROM gd._signals s WHERE EXISTS (SELECT FROM gd.instances i WHERE i.id = s.instance_id);
+
+-- Definitions of the FSMs the reader may use.
+CREATE VIEW gd.fsms WITH (security_barrier) AS
+SELECT f.* FROM gd._fsms f
+ WHERE pg_has_role(f.owner, 'MEMBER')
+    OR f.name IN (SELECT g.fsm FROM gd._grants g WHERE pg_has_role(g.role, 'MEMBER'));
+CREATE VIEW gd.steps WITH (security_barrier) AS
+SELECT s.* FROM gd._steps s WHERE EXISTS (SELECT FROM gd.fsms f WHERE f.name = s.fsm AND f.version = s.version);
+
+-- Grants of the FSMs the reader owns, and those to roles it is a member of.
+CREATE VIEW gd.grants WITH (security_barrier) AS
+SELECT g.* FROM gd._grants g
+ WHERE pg_has_role(g.role, 'MEMBER')
+    OR EXISTS (SELECT FROM gd._fsms f WHERE f.name = g.fsm AND pg_has_role(f.owner, 'MEMBER'));
+
+-- Configuration, the same for every reader.
+CREATE VIEW gd.queues AS SELECT q.* FROM gd._queues q;
+CREATE VIEW gd.rate_limits AS SELECT l.* FROM gd._rate_limits l;
+CREATE VIEW gd.concurrency_limits AS SELECT l.* FROM gd._concurrency_limits l;
+
+CREATE FUNCTION gd._read_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+        MESSAGE = format('gen_durable: %s.%s is read-only', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+        HINT = 'Use the gd_* functions; an administrator may change the tables of gd._* directly.';
+END $$;
+DO $$
+DECLARE
+    view_name text;
+BEGIN
+    FOREACH view_name IN ARRAY ARRAY['instances', 'signals', 'fsms', 'steps', 'grants', 'queues', 'rate_limits',
+                                     'concurrency_limits'] LOOP
+        EXECUTE format('CREATE TRIGGER read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON gd.%I '
+                       'FOR EACH ROW EXECUTE FUNCTION gd._read_only()', view_name);
+    END LOOP;
+END $$;
+
+-- The engine's workers; instance_id only where the reader may use the instance.
+CREATE FUNCTION gd.read_workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
+                                OUT instance_id bigint, OUT since timestamptz)
+    RETURNS SETOF record LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE FUNCTION gd._read_workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
+                                 OUT instance_id bigint, OUT since timestamptz)
+RETURNS SETOF record LANGUAGE plpgsql AS $$
+DECLARE
+    caller oid := gd._caller();
+BEGIN
+    RETURN QUERY
+    SELECT w.pid, w.kind, w.database, w.queue,
+           CASE WHEN EXISTS (SELECT FROM gd._instances i
+                              WHERE i.id = w.instance_id AND gd._may_use_instance(caller, i.owner, i.fsm))
+                THEN w.instance_id END,
+           w.since
+      FROM gd._workers() w;
+END $$;
+CREATE VIEW gd.workers AS SELECT * FROM gd.read_workers();
+
+CREATE VIEW gd.stats AS SELECT * FROM gd.read_stats();
+
+-- Per queue (known or configured): the reader's instances per status, the
+-- runnable ones split into eligible now and scheduled later, the age of the
+-- oldest eligible one, and pause state.
+CREATE VIEW gd.queue_stats AS
+SELECT q.name AS queue,
+       coalesce(s.runnable, 0) AS runnable,
+       coalesce(s.scheduled, 0) AS scheduled,
+       coalesce(s.executing, 0) AS executing,
+       coalesce(s.awaiting_signal, 0) AS awaiting_signal,
+       coalesce(s.awaiting_children, 0) AS awaiting_children,
+       coalesce(s.done, 0) AS done,
+       coalesce(s.failed, 0) AS failed,
+       coalesce(s.cancelled, 0) AS cancelled,
+       s.oldest_runnable_age,
+       q.paused
+  FROM (SELECT k.name, k.paused FROM gd._queues k
+        UNION ALL
+        SELECT c.name, false FROM unnest(gd.configured_queues()) c(name)
+         WHERE NOT EXISTS (SELECT FROM gd._queues k WHERE k.name = c.name)) q
+  LEFT JOIN (
+      SELECT i.queue,
+             count(*) FILTER (WHERE i.status = 'runnable' AND i.eligible_at <= now()) AS runnable,
+             count(*) FILTER (WHERE i.status = 'runnable' AND i.eligible_at > now()) AS scheduled,
+             count(*) FILTER (WHERE i.status = 'executing') AS executing,
+             count(*) FILTER (WHERE i.status = 'awaiting_signal') AS awaiting_signal,
+             count(*) FILTER (WHERE i.status = 'awaiting_children') AS awaiting_children,
+             count(*) FILTER (WHERE i.status = 'done') AS done,
+             count(*) FILTER (WHERE i.status = 'failed') AS failed,
+             count(*) FILTER (WHERE i.status = 'cancelled') AS cancelled,
+             now() - min(i.eligible_at) FILTER (WHERE i.status = 'runnable' AND i.eligible_at <= now())
+                 AS oldest_runnable_age
+        FROM gd.instances i GROUP BY i.queue) s ON s.queue = q.name;

@@ -1,0 +1,216 @@
+/*
+ * handler_call.cpp — calling a step's handler, a tenant's code, inside an
+ * engine session, so that it reaches nothing but what its owner may.
+ *
+ * Every role that can define an FSM is treated as an attacker.  Before each
+ * call the handler must still be a plain function (state jsonb, ctx
+ * gd.context) returning gd.outcome that the FSM's owner may execute (42883
+ * or 42501 otherwise: a failed attempt).  The call runs
+ *   - as the owner, under SECURITY_RESTRICTED_OPERATION: no SET ROLE, no
+ *     temporary table, no LISTEN, no cursor WITH HOLD;
+ *   - inside a GUC nest level that is rolled back when it returns (or by the
+ *     subtransaction's abort when it raises): no setting outlives the step;
+ *   - with every deferrable constraint deferred to the end of the step and
+ *     checked there, while still the owner and under the step's timeout, so
+ *     no trigger it queued fires later as the engine (or fails another
+ *     tenant's step at commit);
+ * and after it the session state a handler can leave even when it raised is
+ * dropped: session advisory locks and prepared statements.  A handler that
+ * created temporary objects anyway (a type or function in pg_temp, which
+ * would shadow another tenant's names) fails its step, which rolls them back.
+ *
+ * The call's arguments are built here too: the state, and the gd.context of
+ * the step (id, fsm, version, step, attempt, correlation key, what ended its
+ * wait, queue).
+ */
+#include "executor.hpp"
+
+extern "C" {
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "commands/prepare.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "storage/lock.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
+#include "utils/timeout.h"
+#include "utils/typcache.h"
+}
+
+namespace {
+
+constexpr int CONTEXT_COLUMNS = 10;
+
+/* gd.context and gd.outcome, looked up once per batch (the extension may have been re-created). */
+Oid context_type = InvalidOid;
+Oid outcome_type = InvalidOid;
+TupleDesc context_desc = nullptr;
+Datum empty_json_array = 0;
+
+Oid gd_type(Oid gd_namespace, const char *name)
+{
+    Oid type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum(name), ObjectIdGetDatum(gd_namespace));
+    if (type == InvalidOid)
+        elog(ERROR, "gen_durable: type gd.%s is missing", name);
+    return type;
+}
+
+/* A field of the instance's resume document, or nullptr. */
+JsonbValue *resume_field(const PickedInstance &row, const char *key)
+{
+    if (row.resume == 0)
+        return nullptr;
+    JsonbValue wanted{};
+    wanted.type = jbvString;
+    wanted.val.string.val = const_cast<char *>(key);
+    wanted.val.string.len = static_cast<int>(strlen(key));
+    return findJsonbValueFromContainer(&DatumGetJsonbP(row.resume)->root, JB_FOBJECT, &wanted);
+}
+
+Datum resume_array(const PickedInstance &row, const char *key)
+{
+    JsonbValue *value = resume_field(row, key);
+    return value == nullptr ? empty_json_array : JsonbPGetDatum(JsonbValueToJsonb(value));
+}
+
+Datum build_context(const PickedInstance &row, const char *queue)
+{
+    JsonbValue *timed_out = resume_field(row, "timed_out");
+    Datum values[CONTEXT_COLUMNS] = {
+        Int64GetDatum(row.id),      CStringGetTextDatum(row.fsm),
+        Int32GetDatum(row.version), CStringGetTextDatum(row.step),
+        Int32GetDatum(row.attempt), row.correlation_key ? CStringGetTextDatum(row.correlation_key) : 0,
+        resume_array(row, "signals"), resume_array(row, "children"),
+        BoolGetDatum(timed_out != nullptr && timed_out->type == jbvBool && timed_out->val.boolean),
+        CStringGetTextDatum(queue)};
+    bool nulls[CONTEXT_COLUMNS] = {};
+    nulls[5] = row.correlation_key == nullptr;
+    return HeapTupleGetDatum(heap_form_tuple(context_desc, values, nulls));
+}
+
+/* Is the handler still one gd_define_step would accept, and may the owner run it? */
+void check_callable(const PickedInstance &row, const StepDefinition &def)
+{
+    HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(def.handler));
+    if (!HeapTupleIsValid(proc))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                        errmsg("gen_durable: the handler of step \"%s\" of FSM \"%s\" version %d, function %u, "
+                               "does not exist",
+                               row.step, row.fsm, row.version, def.handler)));
+    const auto *form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc));
+    bool fits = form->prokind == PROKIND_FUNCTION && !form->proretset && form->pronargs == 2 &&
+                form->proargtypes.values[0] == JSONBOID && form->proargtypes.values[1] == context_type &&
+                form->prorettype == outcome_type;
+    ReleaseSysCache(proc);
+    if (!fits)
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                        errmsg("gen_durable: handler %s of step \"%s\" of FSM \"%s\" version %d is not a function "
+                               "(state jsonb, ctx gd.context) returning gd.outcome",
+                               format_procedure(def.handler), row.step, row.fsm, row.version)));
+    if (pg_proc_aclcheck(def.handler, def.owner, ACL_EXECUTE) != ACLCHECK_OK)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("gen_durable: role \"%s\", which handlers of FSM \"%s\" run as, may not execute %s",
+                               GetUserNameFromId(def.owner, true), row.fsm, format_procedure(def.handler))));
+}
+
+/* SET CONSTRAINTS ALL DEFERRED / IMMEDIATE (the latter fires what is pending). */
+void set_all_constraints(bool deferred)
+{
+    ConstraintsSetStmt all{};
+    all.type = T_ConstraintsSetStmt;
+    all.constraints = NIL;
+    all.deferred = deferred;
+    AfterTriggerSetState(&all);
+}
+
+void refuse_temporary_objects(const PickedInstance &row)
+{
+    Oid temp_namespace, temp_toast_namespace;
+    GetTempNamespaceState(&temp_namespace, &temp_toast_namespace);
+    if (OidIsValid(temp_namespace))
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("gen_durable: step \"%s\" of FSM \"%s\" created temporary objects", row.step, row.fsm),
+                        errdetail("A handler may leave nothing behind in the engine's session.")));
+}
+
+} // namespace
+
+void gd_prepare_handler_calls()
+{
+    Oid gd_namespace = get_namespace_oid("gd", false);
+    Oid type = gd_type(gd_namespace, "context");
+    outcome_type = gd_type(gd_namespace, "outcome");
+    if (type != context_type) {
+        MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+        if (context_desc != nullptr)
+            FreeTupleDesc(context_desc);
+        /* Forgotten before the look-up, which raises if the type is being dropped (no double free next time). */
+        context_desc = nullptr;
+        context_type = InvalidOid;
+        context_desc = lookup_rowtype_tupdesc_copy(type, -1);
+        BlessTupleDesc(context_desc);
+        context_type = type;
+        MemoryContextSwitchTo(old);
+    }
+    empty_json_array = DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"));
+}
+
+HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition &def, const char *queue)
+{
+    check_callable(row, def);
+    LOCAL_FCINFO(fcinfo, 2);
+    FmgrInfo flinfo;
+    fmgr_info(def.handler, &flinfo);
+    InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, nullptr, nullptr);
+    fcinfo->args[0].value = row.state;
+    fcinfo->args[0].isnull = false;
+    fcinfo->args[1].value = build_context(row, queue);
+    fcinfo->args[1].isnull = false;
+
+    Oid engine_user;
+    int engine_context;
+    GetUserIdAndSecContext(&engine_user, &engine_context);
+    int nest_level = NewGUCNestLevel();
+    SetUserIdAndSecContext(def.owner,
+                           engine_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    set_all_constraints(true);
+    if (def.timeout_ms > 0)
+        enable_timeout_after(STATEMENT_TIMEOUT, def.timeout_ms);
+    Datum outcome = FunctionCallInvoke(fcinfo);
+    set_all_constraints(false);
+    if (def.timeout_ms > 0)
+        disable_timeout(STATEMENT_TIMEOUT, false);
+    refuse_temporary_objects(row);
+    AtEOXact_GUC(false, nest_level);
+    SetUserIdAndSecContext(engine_user, engine_context);
+    gd_forget_handler_session_state();
+
+    if (fcinfo->isnull)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: step \"%s\" of FSM \"%s\" returned a bad outcome: the handler returned NULL",
+                               row.step, row.fsm)));
+    return DatumGetHeapTupleHeader(outcome);
+}
+
+void gd_forget_handler_session_state()
+{
+    LockReleaseSession(USER_LOCKMETHOD);
+    DropAllPreparedStatements();
+}
+
+bool gd_session_may_run_handlers()
+{
+    Oid temp_namespace, temp_toast_namespace;
+    GetTempNamespaceState(&temp_namespace, &temp_toast_namespace);
+    return !OidIsValid(temp_namespace);
+}

@@ -1,0 +1,188 @@
+/*
+ * outcomes.cpp — the outcome constructors a handler returns: gd_next,
+ * gd_retry (the constructor), gd_wait_signal and gd_spawn build a
+ * gd.outcome after checking their arguments, so a bad one fails in the
+ * handler that wrote it (22023).  (gd_done and gd_stop take anything and
+ * are SQL.)  They read no table and run as their caller.  What the engine
+ * makes of an outcome is transition.cpp's.
+ */
+#include "gen_durable.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+}
+
+namespace {
+
+/* gd.outcome's columns, in order (as transition.cpp reads them). */
+enum OutcomeField { KIND, STEP, STATE, DELAY, ERROR_JSON, BACKOFF, RESULT, SIGNAL_NAMES, TIMEOUT, CHILDREN, FIELDS };
+
+[[noreturn]] void bad_argument(const char *message)
+{
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("gen_durable: %s", message)));
+    pg_unreachable();
+}
+
+const char *jsonb_text(Datum value)
+{
+    return DatumGetCString(DirectFunctionCall1(jsonb_out, value));
+}
+
+/* array_out keeps a cache in its caller's FmgrInfo: called through its pg_proc entry. */
+const char *text_array_text(Datum value)
+{
+    Oid output;
+    bool varlena;
+    getTypeOutputInfo(TEXTARRAYOID, &output, &varlena);
+    return OidOutputFunctionCall(output, value);
+}
+
+/* A new state: NULL, or a JSON object. */
+void check_state(FunctionCallInfo fcinfo, int arg)
+{
+    if (!PG_ARGISNULL(arg) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(arg)))
+        bad_argument(psprintf("state must be a JSON object, got %s", jsonb_text(PG_GETARG_DATUM(arg))));
+}
+
+/* Delays, timeouts and backoffs: NULL, or from 0 to 100 years. */
+void check_interval(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+    if (PG_ARGISNULL(arg))
+        return;
+    Datum value = PG_GETARG_DATUM(arg);
+    Interval zero{}, hundred_years{};
+    hundred_years.month = 100 * MONTHS_PER_YEAR;
+    const char *text = nullptr;
+    if (DatumGetBool(DirectFunctionCall2(interval_lt, value, IntervalPGetDatum(&zero))))
+        text = "%s must not be negative, got %s";
+    else if (DatumGetBool(DirectFunctionCall2(interval_gt, value, IntervalPGetDatum(&hundred_years))))
+        text = "%s must be at most 100 years, got %s";
+    if (text != nullptr)
+        bad_argument(psprintf(text, what, DatumGetCString(DirectFunctionCall1(interval_out, value))));
+}
+
+bool empty_text_argument(FunctionCallInfo fcinfo, int arg)
+{
+    return PG_ARGISNULL(arg) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(arg)) == 0;
+}
+
+/* A gd.outcome being built: a kind, the fields given, the others NULL (trivially destructible). */
+class Outcome {
+public:
+    explicit Outcome(const char *kind)
+    {
+        for (bool &null : nulls_)
+            null = true;
+        set(KIND, CStringGetTextDatum(kind));
+    }
+    void set(OutcomeField field, Datum value)
+    {
+        values_[field] = value;
+        nulls_[field] = false;
+    }
+    /* The field from argument `arg`, unless it is NULL. */
+    void set_argument(FunctionCallInfo fcinfo, OutcomeField field, int arg)
+    {
+        if (!PG_ARGISNULL(arg))
+            set(field, PG_GETARG_DATUM(arg));
+    }
+    Datum build(FunctionCallInfo fcinfo)
+    {
+        TupleDesc desc;
+        if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+            elog(ERROR, "gen_durable: an outcome constructor must return gd.outcome");
+        return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values_, nulls_));
+    }
+
+private:
+    Datum values_[FIELDS] = {};
+    bool nulls_[FIELDS];
+};
+
+/* Signal names: a one-dimensional array of non-empty, non-NULL names. */
+bool signal_names_ok(ArrayType *names)
+{
+    if (ARR_NDIM(names) != 1)
+        return false;
+    Datum *elements;
+    bool *element_nulls;
+    int count;
+    deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT, &elements, &element_nulls, &count);
+    for (int i = 0; i < count; i++)
+        if (element_nulls[i] || VARSIZE_ANY_EXHDR(DatumGetTextPP(elements[i])) == 0)
+            return false;
+    return count > 0;
+}
+
+} // namespace
+
+extern "C" {
+
+PG_FUNCTION_INFO_V1(gd_next);
+PG_FUNCTION_INFO_V1(gd_retry_outcome);
+PG_FUNCTION_INFO_V1(gd_wait_signal);
+PG_FUNCTION_INFO_V1(gd_spawn);
+
+/* gd_next(step text, state jsonb, delay interval) */
+Datum gd_next(PG_FUNCTION_ARGS)
+{
+    if (empty_text_argument(fcinfo, 0))
+        bad_argument("gd_next needs a step");
+    check_state(fcinfo, 1);
+    check_interval(fcinfo, 2, "delay");
+    Outcome outcome("next");
+    outcome.set_argument(fcinfo, STEP, 0);
+    outcome.set_argument(fcinfo, STATE, 1);
+    outcome.set_argument(fcinfo, DELAY, 2);
+    return outcome.build(fcinfo);
+}
+
+/* gd_retry(error jsonb, backoff interval): a NULL error is {}. */
+Datum gd_retry_outcome(PG_FUNCTION_ARGS)
+{
+    check_interval(fcinfo, 1, "backoff");
+    Outcome outcome("retry");
+    outcome.set(ERROR_JSON, PG_ARGISNULL(0) ? DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")) : PG_GETARG_DATUM(0));
+    outcome.set_argument(fcinfo, BACKOFF, 1);
+    return outcome.build(fcinfo);
+}
+
+/* gd_wait_signal(names text[], timeout interval, then_step text, state jsonb) */
+Datum gd_wait_signal(PG_FUNCTION_ARGS)
+{
+    if (PG_ARGISNULL(0) || !signal_names_ok(PG_GETARG_ARRAYTYPE_P(0)))
+        bad_argument(psprintf("gd_wait_signal needs signal names, got %s",
+                              PG_ARGISNULL(0) ? "NULL" : text_array_text(PG_GETARG_DATUM(0))));
+    check_state(fcinfo, 3);
+    check_interval(fcinfo, 1, "timeout");
+    Outcome outcome("await");
+    outcome.set_argument(fcinfo, STEP, 2);
+    outcome.set_argument(fcinfo, STATE, 3);
+    outcome.set_argument(fcinfo, SIGNAL_NAMES, 0);
+    outcome.set_argument(fcinfo, TIMEOUT, 1);
+    return outcome.build(fcinfo);
+}
+
+/* gd_spawn(children jsonb, then_step text, state jsonb) */
+Datum gd_spawn(PG_FUNCTION_ARGS)
+{
+    if (PG_ARGISNULL(0) || !JB_ROOT_IS_ARRAY(PG_GETARG_JSONB_P(0)) || JB_ROOT_IS_SCALAR(PG_GETARG_JSONB_P(0)))
+        bad_argument(psprintf("gd_spawn needs a JSON array of insert options, got %s",
+                              PG_ARGISNULL(0) ? "NULL" : jsonb_text(PG_GETARG_DATUM(0))));
+    if (empty_text_argument(fcinfo, 1))
+        bad_argument("gd_spawn needs a then_step");
+    check_state(fcinfo, 2);
+    Outcome outcome("schedule_childs");
+    outcome.set_argument(fcinfo, STEP, 1);
+    outcome.set_argument(fcinfo, STATE, 2);
+    outcome.set_argument(fcinfo, CHILDREN, 0);
+    return outcome.build(fcinfo);
+}
+}
