@@ -14,8 +14,10 @@
  *     checked there, while still the owner and under the step's timeout, so
  *     no trigger it queued fires later as the engine (or fails another
  *     tenant's step at commit);
- * and after it the session state a handler can leave even when it raised is
- * dropped: session advisory locks and prepared statements.  A handler that
+ * and after it, in an engine worker, the session state a handler can leave
+ * even when it raised is dropped: session advisory locks and prepared
+ * statements (gd._execute, a superuser's tool, leaves its caller's session
+ * alone).  A handler that
  * created temporary objects anyway (a type or function in pg_temp, which
  * would shadow another tenant's names) fails its step, which rolls them back.
  *
@@ -204,6 +206,9 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
 
 void gd_forget_handler_session_state()
 {
+    /* An engine worker's session holds none of its own; gd._execute's caller's are not the handler's to drop. */
+    if (!IsBackgroundWorker)
+        return;
     LockReleaseSession(USER_LOCKMETHOD);
     DropAllPreparedStatements();
 }

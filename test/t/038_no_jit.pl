@@ -35,7 +35,7 @@ $node->safe_psql('postgres', q{
 	-- The backlog: scheduled a day ahead, for both paths.
 	SELECT count(*) FROM gd_insert_all('inside', (SELECT jsonb_agg('{"schedule_in": "1 day"}'::jsonb) FROM generate_series(1, 10000)));
 	SELECT count(*) FROM gd_insert_all('outside', (SELECT jsonb_agg('{"schedule_in": "1 day"}'::jsonb) FROM generate_series(1, 10000)));
-	VACUUM ANALYZE gd.instances;
+	VACUUM ANALYZE gd._instances;
 });
 
 # The control: a user's query over the backlog is compiled here, so the
@@ -70,8 +70,8 @@ is($node->safe_psql('postgres', q{SELECT gd_cancel(min(id)) FROM gd.instances WH
 my $compiled = $node->safe_psql('postgres', q{
 	SELECT string_agg(left(regexp_replace(query, '\s+', ' ', 'g'), 120) || ' (' || jit_functions || ' functions)', E'\n')
 	  FROM pg_stat_statements
-	 WHERE jit_functions > 0 AND query ~ 'gd\.instances' AND query NOT LIKE '%pg_stat_statements%'});
-is($compiled, '', 'no statement of the engine on gd.instances was compiled by the JIT');
+	 WHERE jit_functions > 0 AND query ~ 'gd\._instances' AND query NOT LIKE '%pg_stat_statements%'});
+is($compiled, '', 'no statement of the engine on gd._instances was compiled by the JIT');
 # The executors' pick and gd_claim's (which names its PL/pgSQL variable) were seen.
 my $seen = $node->safe_psql('postgres', q{
 	SELECT count(*) FILTER (WHERE query !~ 'claim_queue') || ' ' || count(*) FILTER (WHERE query ~ 'claim_queue')
