@@ -10,10 +10,12 @@
  *     temporary table, no LISTEN, no cursor WITH HOLD;
  *   - inside a GUC nest level that is rolled back when it returns (or by the
  *     subtransaction's abort when it raises): no setting outlives the step;
- *   - with every deferrable constraint deferred to the end of the step and
- *     checked there, while still the owner and under the step's timeout, so
- *     no trigger it queued fires later as the engine (or fails another
- *     tenant's step at commit);
+ *   - with every constraint checked when its statement ends (as after SET
+ *     CONSTRAINTS ALL IMMEDIATE), as the owner: a trigger it deferred would
+ *     fire at the round's commit, as the engine, and could fail every other
+ *     tenant's step with it, so PostgreSQL refuses to queue one in a
+ *     security-restricted operation (a handler that defers a constraint
+ *     itself fails its step);
  * and after it, in an engine worker, the session state a handler can leave
  * even when it raised is dropped: session advisory locks and prepared
  * statements (gd._execute, a superuser's tool, leaves its caller's session
@@ -125,13 +127,13 @@ void check_callable(const PickedInstance &row, const StepDefinition &def)
                                GetUserNameFromId(def.owner, true), row.fsm, format_procedure(def.handler))));
 }
 
-/* SET CONSTRAINTS ALL DEFERRED / IMMEDIATE (the latter fires what is pending). */
-void set_all_constraints(bool deferred)
+/* SET CONSTRAINTS ALL IMMEDIATE: what an earlier handler of the round deferred is not deferred here. */
+void check_constraints_immediately()
 {
     ConstraintsSetStmt all{};
     all.type = T_ConstraintsSetStmt;
     all.constraints = NIL;
-    all.deferred = deferred;
+    all.deferred = false;
     AfterTriggerSetState(&all);
 }
 
@@ -185,11 +187,10 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
     int nest_level = NewGUCNestLevel();
     SetUserIdAndSecContext(def.owner,
                            engine_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-    set_all_constraints(true);
+    check_constraints_immediately();
     if (def.timeout_ms > 0)
         enable_timeout_after(STATEMENT_TIMEOUT, def.timeout_ms);
     Datum outcome = FunctionCallInvoke(fcinfo);
-    set_all_constraints(false);
     if (def.timeout_ms > 0)
         disable_timeout(STATEMENT_TIMEOUT, false);
     refuse_temporary_objects(row);

@@ -1,0 +1,394 @@
+# Two tenants who may define FSMs, alice and bob (plain LOGIN roles with
+# CREATE on the database), and bob tries every way we know to reach the
+# engine's rights or alice's work (README, Access control: the threat model).
+# Each attack must fail, and alice's work must go on untouched.
+#
+# One executor serves queue 'default', so bob's handlers and alice's share
+# one engine session (what a handler leaves behind would reach the next);
+# queue 'slow' has its own, for alice's long step.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use GdTest;
+use Time::HiRes qw(time);
+
+$PostgreSQL::Test::Utils::timeout_default = 30;
+
+my $node = GdTest::start_node('tenants', 'gen_durable.queues' => 'default:1, slow:1');
+
+# Run SQL as a role, over its own login connection; returns (stdout, stderr).
+sub as_role
+{
+	my ($role, $sql) = @_;
+	my ($stdout, $stderr) = ('', '');
+	$node->psql('postgres', $sql, stdout => \$stdout, stderr => \$stderr, extra_params => [ '-U', $role ]);
+	return ($stdout, $stderr);
+}
+
+sub superuser { return $node->safe_psql('postgres', $_[0]); }
+
+# Run SQL as a role that must succeed (a tenant setting up).
+sub setup_as { my ($role, $sql) = @_; return $node->safe_psql('postgres', $sql, extra_params => [ '-U', $role ]); }
+
+# The SQLSTATE of SQL run as a role ('' if it succeeded).
+sub sqlstate_as
+{
+	my ($role, $sql) = @_;
+	my ($stdout, $stderr) = as_role($role, "\\set VERBOSITY sqlstate\n$sql");
+	return $stderr =~ /ERROR:\s+([0-9A-Z]{5})/ ? $1 : '';
+}
+
+# Wait until the instances (a comma list) have all ended; returns their statuses, in id order.
+sub wait_ended
+{
+	my ($ids) = @_;
+	$node->poll_query_until('postgres',
+		"SELECT bool_and(status IN ('done', 'failed', 'cancelled')) FROM gd._instances WHERE id IN ($ids)")
+	  or diag("instances $ids did not end");
+	return superuser("SELECT string_agg(status, ',' ORDER BY id) FROM gd._instances WHERE id IN ($ids)");
+}
+
+superuser(q{
+CREATE EXTENSION gen_durable;
+CREATE ROLE alice LOGIN;
+CREATE ROLE bob LOGIN;
+CREATE ROLE carol;
+GRANT CREATE ON DATABASE postgres TO alice, bob;
+-- Whoever runs a spy function says so here.
+CREATE TABLE public.spy_log (who text, what text);
+GRANT SELECT, INSERT ON public.spy_log TO PUBLIC;
+SELECT gd_set_rate_limit('api', 1, '1 hour');
+});
+
+# ---------------------------------------------------------------- alice
+setup_as('alice', q{
+CREATE SCHEMA alice;
+CREATE TABLE alice.orders (item text);
+INSERT INTO alice.orders VALUES ('alice-tea');
+CREATE TABLE alice.runs (id bigint, started timestamptz, ended timestamptz);
+-- What alice's steps see of their session: setting, names, rights.
+CREATE FUNCTION alice.h(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+DECLARE
+    started timestamptz := clock_timestamp();
+BEGIN
+    IF ctx.step = 's2' THEN
+        RETURN gd_done(jsonb_build_object('secret', 'alice-result'));
+    END IF;
+    IF state ? 'park' THEN
+        RETURN gd_wait_signal(ARRAY['go']);
+    END IF;
+    IF state ? 'sleep' THEN
+        PERFORM pg_sleep((state->>'sleep')::float8);
+    END IF;
+    BEGIN
+        EXECUTE 'EXECUTE bob_stmt';     -- a prepared statement bob's step left behind
+    EXCEPTION WHEN invalid_sql_statement_name THEN NULL;
+    END;
+    INSERT INTO alice.runs VALUES (ctx.id, started, clock_timestamp());
+    RETURN gd_done(jsonb_build_object(
+        'who', current_user, 'item', (SELECT item FROM orders LIMIT 1),
+        'search_path', current_setting('search_path'),
+        'synchronous_commit', current_setting('synchronous_commit'),
+        'read_only', current_setting('default_transaction_read_only'),
+        'advisory_locks', (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid())));
+END $$;
+-- A SECURITY DEFINER function of alice's, which nobody else may execute.
+CREATE FUNCTION alice.private(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql SECURITY DEFINER
+    AS $$ SELECT gd_done(jsonb_build_object('ran_as', current_user)) $$;
+REVOKE EXECUTE ON FUNCTION alice.private(jsonb, gd.context) FROM PUBLIC;
+-- One she lends to bob, for a while.
+CREATE FUNCTION alice.lent(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql
+    AS $$ SELECT gd_done(jsonb_build_object('ran_as', current_user)) $$;
+REVOKE EXECUTE ON FUNCTION alice.lent(jsonb, gd.context) FROM PUBLIC;
+GRANT USAGE ON SCHEMA alice TO bob;
+GRANT EXECUTE ON FUNCTION alice.lent(jsonb, gd.context) TO bob;
+
+SELECT gd_define_fsm('afsm', 's1', state_defaults => '{"api_key": "alice-secret"}');
+SELECT gd_define_step('afsm', 's1', 'alice.h(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_step('afsm', 's2', 'alice.h(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_fsm('aslow', 's1', queue => 'slow');
+SELECT gd_define_step('aslow', 's1', 'alice.h(jsonb, gd.context)'::regprocedure);
+-- An FSM she lets bob use (and carol: a grant bob must not see).
+SELECT gd_define_fsm('ashared', 's1');
+SELECT gd_define_step('ashared', 's1', 'alice.h(jsonb, gd.context)'::regprocedure);
+SELECT gd_grant('ashared', 'bob');
+SELECT gd_grant('afsm', 'carol');
+});
+
+# ---------------------------------------------------------------- bob
+setup_as('bob', q{
+CREATE SCHEMA bob;
+GRANT USAGE ON SCHEMA bob TO PUBLIC;
+-- What a superuser would run if it resolved a name through bob's schema.
+CREATE FUNCTION bob.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.spy_log VALUES (current_user, 'clock_timestamp');
+    BEGIN EXECUTE 'ALTER ROLE bob SUPERUSER'; EXCEPTION WHEN insufficient_privilege THEN NULL; END;
+    RETURN pg_catalog.clock_timestamp();
+END $$;
+CREATE FUNCTION bob.spy() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.spy_log VALUES (current_user, 'spy');
+    RETURN 'bob-spied';
+END $$;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA bob TO PUBLIC;
+CREATE TABLE bob.t (x int);
+CREATE FUNCTION bob.late() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.spy_log VALUES (current_user, 'deferred');
+    BEGIN EXECUTE 'ALTER ROLE bob SUPERUSER'; EXCEPTION WHEN insufficient_privilege THEN NULL; END;
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER late AFTER INSERT ON bob.t DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION bob.late();
+-- One trick per instance, named by its state.
+CREATE FUNCTION bob.h(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    CASE state->>'trick'
+    WHEN 'search_path' THEN PERFORM set_config('search_path', 'bob, pg_catalog, public', false);
+    WHEN 'deferred' THEN INSERT INTO bob.t VALUES (1);
+    WHEN 'deferred_explicitly' THEN SET CONSTRAINTS ALL DEFERRED; INSERT INTO bob.t VALUES (2);
+    WHEN 'temp_view' THEN EXECUTE 'CREATE TEMP VIEW orders AS SELECT bob.spy() AS item';
+    WHEN 'temp_domain' THEN EXECUTE 'CREATE DOMAIN pg_temp.item AS text CHECK (bob.spy() IS NOT NULL)';
+    WHEN 'read_only' THEN PERFORM set_config('default_transaction_read_only', 'on', false);
+    WHEN 'sync_off' THEN PERFORM set_config('synchronous_commit', 'off', false);
+    WHEN 'advisory' THEN PERFORM pg_advisory_lock(4242);
+    WHEN 'advisory_raise' THEN PERFORM pg_advisory_lock(4343); RAISE EXCEPTION 'after the lock';
+    WHEN 'prepare' THEN EXECUTE 'PREPARE bob_stmt AS SELECT bob.spy()';
+    WHEN 'set_role' THEN EXECUTE 'SET ROLE alice';
+    WHEN 'park' THEN RETURN gd_wait_signal(ARRAY['go']);
+    WHEN 'spawn_alice' THEN
+        RETURN gd_spawn(jsonb_build_array(jsonb_build_object('fsm', 'afsm', 'step', 's2', 'state', '{"from": "bob"}')),
+                        then_step => 'collect');
+    WHEN 'engine_table' THEN UPDATE gd._instances SET status = 'done';
+    ELSE NULL;
+    END CASE;
+    RETURN gd_done(jsonb_build_object('who', current_user));
+END $$;
+SELECT gd_define_fsm('bfsm', 'go');
+SELECT gd_define_step('bfsm', 'go', 'bob.h(jsonb, gd.context)'::regprocedure, max_attempts => 1);
+SELECT gd_define_step('bfsm', 'collect', 'bob.h(jsonb, gd.context)'::regprocedure, max_attempts => 1);
+});
+
+sub bob_trick
+{
+	my ($trick) = @_;
+	my ($id) = as_role('bob', "SELECT gd_insert('bfsm', '{\"trick\": \"$trick\"}')");
+	return $id;
+}
+
+sub bob_error
+{
+	my ($id) = @_;
+	return superuser("SELECT coalesce(error->>'sqlstate', '') || ' ' || coalesce(error->>'message', '') FROM gd._instances WHERE id = $id");
+}
+
+# Alice's step, after bob's tricks ran in the same engine session.
+sub alice_sees
+{
+	my ($id) = as_role('alice', q{SELECT gd_insert('afsm')});
+	is(wait_ended($id), 'done', 'alice\'s step ran after bob\'s');
+	return superuser("SELECT result FROM gd._instances WHERE id = $id");
+}
+
+# ------------------------------------------- bob becomes superuser? three ways
+{
+	my @ids = map { bob_trick($_) } qw(search_path deferred read_only sync_off advisory advisory_raise prepare);
+	wait_ended(join(',', @ids));
+	my $alice = alice_sees();
+	like($alice, qr/"search_path": "\\"\$user\\", public"/, 'a search_path a handler set is gone at its step\'s end');
+	like($alice, qr/"synchronous_commit": "on"/, 'synchronous_commit = off did not outlive bob\'s step');
+	like($alice, qr/"read_only": "off"/, 'default_transaction_read_only did not outlive bob\'s step');
+	like($alice, qr/"advisory_locks": 0/, 'bob\'s session advisory locks were released, also after a raise');
+	is(superuser(q{SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'}), '0', 'no advisory lock is held');
+	is(superuser(q{SELECT rolsuper FROM pg_roles WHERE rolname = 'bob'}), 'f', 'bob is not a superuser');
+	is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'clock_timestamp'}), '0',
+		'no engine statement resolved a name through bob\'s search_path');
+	is(superuser(q{SELECT string_agg(DISTINCT who, ',') FROM spy_log WHERE what = 'deferred'}), 'bob',
+		'bob\'s initially deferred trigger fired in his step, as bob');
+	is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'spy'}), '0', 'bob\'s prepared statement did not reach alice\'s step');
+	my $deferred = bob_trick('deferred_explicitly');
+	is(wait_ended($deferred), 'failed', 'a step that defers a constraint itself fails');
+	like(bob_error($deferred), qr/^42501 cannot fire deferred trigger within security-restricted operation/,
+		'refused by PostgreSQL: it would fire at the round\'s commit');
+	is(superuser(q{SELECT count(*) FROM bob.t}), '1', 'and its row is gone');
+	my $set_role = bob_trick('set_role');
+	wait_ended($set_role);
+	like(bob_error($set_role), qr/^42501 cannot set parameter "role" within security-/,
+		'a handler cannot SET ROLE');
+}
+
+{
+	my $view = bob_trick('temp_view');
+	my $domain = bob_trick('temp_domain');
+	is(wait_ended("$view,$domain"), 'failed,failed', 'steps making temporary objects fail');
+	like(bob_error($view), qr/^42501 cannot create temporary table within security-restricted operation/,
+		'a handler cannot create a temporary view');
+	like(bob_error($domain), qr/^42501 .*temporary/,
+		'a handler cannot create a temporary type');
+	like(alice_sees(), qr/"item": "alice-tea"/, 'alice\'s unqualified name finds her table, not a temporary object of bob\'s');
+	is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'spy'}), '0', 'bob\'s spy never ran');
+}
+
+# ------------------------------------------- bob takes over alice's work?
+is(sqlstate_as('bob', q{INSERT INTO gd.fsms VALUES ('afsm', 2, 'x', 'default', '{}', 'bob')}), '42501',
+	'bob cannot write a definition through the view');
+is(sqlstate_as('bob', q{INSERT INTO gd._fsms VALUES ('afsm', 2, 'x', 'default', '{}', 'bob')}), '42501',
+	'nor into the table');
+is(sqlstate_as('bob', q{SELECT gd_define_fsm('afsm', 's1', version => 2)}), '42501', 'nor define a version of alice\'s FSM');
+is(sqlstate_as('bob', q{SELECT gd_define_step('afsm', 'evil', 'bob.h(jsonb, gd.context)'::regprocedure)}), '42501',
+	'nor a step of it');
+{
+	my $spawn = bob_trick('spawn_alice');
+	is(wait_ended($spawn), 'failed', 'bob\'s spawn of alice\'s FSM fails his step');
+	like(bob_error($spawn), qr/^42501 gen_durable: permission denied for FSM 'afsm'/, 'with a permission error');
+	is(superuser(q{SELECT count(*) FROM gd._instances WHERE fsm = 'afsm' AND state->>'from' = 'bob'}), '0',
+		'no instance of alice\'s was spawned');
+	my $engine = bob_trick('engine_table');
+	is(wait_ended($engine), 'failed', 'a handler cannot write the engine\'s tables');
+	like(bob_error($engine), qr/^42501 permission denied for table _instances/, 'with a permission error');
+}
+my $private = superuser(q{SELECT 'alice.private(jsonb, gd.context)'::regprocedure::oid});
+is(sqlstate_as('bob', "SELECT gd_define_step('bfsm', 'steal', ${private}::regprocedure)"), '42501',
+	'bob cannot make alice\'s SECURITY DEFINER function his handler by its OID');
+setup_as('bob', q{CREATE FUNCTION bob.many(state jsonb, ctx gd.context) RETURNS SETOF gd.outcome LANGUAGE sql
+	AS $$ SELECT gd_done() $$});
+is(sqlstate_as('bob', q{SELECT gd_define_step('bfsm', 'many', 'bob.many(jsonb, gd.context)'::regprocedure)}), '42P13',
+	'a set-returning handler is refused');
+setup_as('bob', q{CREATE FUNCTION bob.fold(so_far gd.outcome, state jsonb, ctx gd.context) RETURNS gd.outcome
+	LANGUAGE sql AS $$ SELECT gd_done() $$;
+	CREATE AGGREGATE bob.agg(jsonb, gd.context) (sfunc = bob.fold, stype = gd.outcome)});
+is(sqlstate_as('bob', q{SELECT gd_define_step('bfsm', 'agg', 'bob.agg(jsonb, gd.context)'::regprocedure)}), '42883',
+	'an aggregate handler is refused');
+{
+	setup_as('bob', q{SELECT gd_define_fsm('blent', 'go');
+		SELECT gd_define_step('blent', 'go', 'alice.lent(jsonb, gd.context)'::regprocedure, max_attempts => 1)});
+	my ($first) = as_role('bob', q{SELECT gd_insert('blent')});
+	is(wait_ended($first), 'done', 'a lent handler runs');
+	like(superuser("SELECT result FROM gd._instances WHERE id = $first"), qr/"ran_as": "bob"/, 'as bob');
+	as_role('alice', q{REVOKE EXECUTE ON FUNCTION alice.lent(jsonb, gd.context) FROM bob});
+	my ($second) = as_role('bob', q{SELECT gd_insert('blent')});
+	is(wait_ended($second), 'failed', 'once its EXECUTE is revoked, the step fails');
+	like(bob_error($second), qr/^42501 gen_durable: role "bob", which handlers of FSM "blent" run as, may not execute/,
+		'checked at the call, not only at the definition');
+}
+
+# ------------------------------------------- the tables are closed
+my @relations = split /\n/, superuser(q{
+	SELECT c.relname || ' ' || c.relkind::text || ' ' || a.attname FROM pg_class c
+	  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = c.relnatts
+	 WHERE c.relnamespace = 'gd'::regnamespace AND c.relkind IN ('r', 'v', 'S') ORDER BY 1});
+for my $relation (@relations)
+{
+	my ($name, $kind, $column) = split / /, $relation;
+	my @statements = $kind eq 'S'
+	  ? ("SELECT nextval('gd.$name')", "SELECT setval('gd.$name', 1000000)")
+	  : ("INSERT INTO gd.$name DEFAULT VALUES", "UPDATE gd.$name SET $column = $column",
+		"DELETE FROM gd.$name", "LOCK TABLE gd.$name IN ACCESS EXCLUSIVE MODE");
+	push @statements, "TRUNCATE gd.$name" if $kind eq 'r';
+	push @statements, "SELECT FROM gd.$name LIMIT 1" unless $kind eq 'v';
+	for my $statement (@statements)
+	{
+		my $state = sqlstate_as('bob', "BEGIN; $statement; ROLLBACK;");
+		# 42501: permission denied; a view that is not updatable at all (55000) refuses before that.
+		ok($state eq '42501' || ($kind eq 'v' && $state eq '55000'), "bob: $statement refused ($state)");
+	}
+}
+is(superuser(q{
+	SELECT string_agg(c.relname || ':' || a.privilege_type, ', ') FROM pg_class c, aclexplode(c.relacl) a
+	 WHERE c.relnamespace = 'gd'::regnamespace AND a.grantee = 0 AND NOT (c.relkind = 'v' AND a.privilege_type = 'SELECT')}),
+	'', 'PUBLIC holds no privilege on a relation of gd but SELECT on its views');
+is(superuser(q{
+	SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c, aclexplode(c.relacl) a
+	 WHERE c.relnamespace = 'gd'::regnamespace AND a.grantee = 0}),
+	'concurrency_limits, fsms, grants, instances, queue_stats, queues, rate_limits, signals, stats, steps, workers',
+	'PUBLIC reads the documented views');
+is(superuser(q{
+	SELECT string_agg(p.proname, ', ' ORDER BY p.proname) FROM pg_proc p
+	 WHERE p.pronamespace = 'gd'::regnamespace AND has_function_privilege('public', p.oid, 'EXECUTE')}),
+	'configured_queues, read_stats, read_workers', 'PUBLIC executes no internal function of gd');
+is(superuser(q{
+	SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p
+	 WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'gd\_%'
+	   AND has_function_privilege('public', p.oid, 'EXECUTE')}),
+	'gd_await, gd_cancel, gd_claim, gd_complete, gd_complete_all, gd_define_fsm, gd_define_step, gd_done, gd_grant, '
+	  . 'gd_heartbeat, gd_insert, gd_insert_all, gd_next, gd_release, gd_retry, gd_revoke, gd_signal, gd_spawn, '
+	  . 'gd_stop, gd_wait_signal',
+	'PUBLIC executes the documented API, not its administration');
+is(sqlstate_as('bob', q{SELECT gd._count('step_done', 1000000000000)}), '42501', 'bob cannot count events');
+is(sqlstate_as('bob', q{SELECT gd._await_publish(1)}), '42501', 'nor publish an await');
+is(sqlstate_as('bob', q{SELECT gd._insert_instance(10, 'afsm', '{}', NULL, NULL, 0, NULL, NULL, NULL, NULL, 1, NULL, NULL, 'error')}),
+	'42501', 'nor call an implementation past its door');
+is(sqlstate_as('bob', q{SELECT gd._caller()}), '42501', 'nor ask who called');
+
+# A grant left in the table by a definition deleted by hand is not inherited.
+superuser(q{INSERT INTO gd._grants VALUES ('payroll', 'bob')});
+setup_as('alice', q{SELECT gd_define_fsm('payroll', 's1'); SELECT gd_define_step('payroll', 's1', 'alice.h(jsonb, gd.context)'::regprocedure)});
+is(sqlstate_as('bob', q{SELECT gd_insert('payroll')}), '42501', 'a stale grant gives bob nothing');
+
+# ------------------------------------------- bob sees nothing of alice's
+my ($parked) = as_role('alice', q{SELECT gd_insert('afsm', '{"park": true}', correlation_key => 'order-2')});
+$node->poll_query_until('postgres', "SELECT status = 'awaiting_signal' FROM gd._instances WHERE id = $parked");
+is((as_role('bob', q{SELECT count(*) FROM gd.fsms WHERE name = 'afsm'}))[0], '0', 'bob does not see alice\'s definitions');
+is((as_role('bob', q{SELECT count(*) FROM gd.fsms WHERE state_defaults ? 'api_key'}))[0], '0', 'nor her state_defaults');
+is((as_role('bob', q{SELECT string_agg(fsm || ':' || role, ',') FROM gd.grants}))[0], 'ashared:bob',
+	'bob sees only the grant made to him');
+is((as_role('bob', q{SELECT count(*) FROM gd.instances WHERE fsm <> 'bfsm' AND fsm <> 'blent'}))[0], '0',
+	'bob sees no instance of alice\'s');
+is((as_role('alice', q{SELECT count(*) FROM gd.instances WHERE fsm LIKE 'b%'}))[0], '0', 'nor alice one of bob\'s');
+
+# ------------------------------------------- key spaces
+{
+	my $t0 = time();
+	my ($mine) = as_role('bob', q{SELECT gd_insert('bfsm', '{"trick": "park"}', correlation_key => 'order-2', on_duplicate => 'skip')});
+	ok($mine =~ /^\d+$/ && $mine != $parked, 'bob takes a correlation key alice holds, in his own key space');
+	ok(time() - $t0 < 5, 'at once');
+	$node->poll_query_until('postgres', "SELECT status = 'awaiting_signal' FROM gd._instances WHERE id = $mine");
+	my ($signalled) = as_role('bob', q{SELECT gd_signal('order-2', 'go')});
+	is($signalled, 't', 'bob\'s signal by that key goes to his instance');
+	is(superuser("SELECT count(*) FROM gd._signals WHERE instance_id = $parked"), '0', 'not to alice\'s');
+	my ($held) = as_role('alice', q{SELECT gd_insert('afsm', '{"park": true}', correlation_key => 'order-9')});
+	my ($stdout, $stderr) = as_role('bob', q{SELECT gd_insert('ashared', correlation_key => 'order-9')});
+	like($stderr, qr/correlation key 'order-9' is already taken\nDETAIL:  An instance of an FSM you may not use holds it\./,
+		'in alice\'s key space, bob (a grantee) is refused without the occupant\'s id');
+	as_role('alice', "SELECT gd_cancel($held)");
+}
+{
+	# Concurrency keys: bob holds 'k' for a century; alice's two instances on
+	# 'k' (limit 1) run, one after the other.
+	as_role('bob', q{SELECT gd_insert('bfsm', '{"trick": "none"}', concurrency_key => 'k', schedule_in => '100 years')});
+	my ($a1) = as_role('alice', q{SELECT gd_insert('afsm', '{"sleep": 0.5}', concurrency_key => 'k')});
+	my ($a2) = as_role('alice', q{SELECT gd_insert('afsm', '{"sleep": 0.5}', concurrency_key => 'k')});
+	is(wait_ended("$a1,$a2"), 'done,done', 'bob\'s instance on key k does not hold alice\'s back');
+	is(superuser("SELECT count(*) FROM alice.runs a JOIN alice.runs b ON a.id < b.id AND a.started < b.ended AND b.started < a.ended
+	               WHERE a.id IN ($a1, $a2) AND b.id IN ($a1, $a2)"), '0', 'alice\'s own instances on k still ran one at a time');
+	# Rate limits: bob's bucket of 'api' is his own.
+	my @bobs = map { (as_role('bob', q{SELECT gd_insert('bfsm', '{"trick": "none"}', rate_limit => 'api')}))[0] } 1 .. 3;
+	$node->poll_query_until('postgres', "SELECT count(*) = 1 FROM gd._instances WHERE id IN (" . join(',', @bobs) . ") AND status = 'done'");
+	my ($a3) = as_role('alice', q{SELECT gd_insert('afsm', rate_limit => 'api')});
+	is(wait_ended($a3), 'done', 'bob exhausting his tokens of api leaves alice\'s');
+}
+
+# ------------------------------------------- no timing tells bob of alice's
+{
+	my ($slow) = as_role('alice', q{SELECT gd_insert('aslow', '{"sleep": 6}')});
+	$node->poll_query_until('postgres', "SELECT count(*) = 1 FROM gd.workers WHERE instance_id = $slow");
+	is((as_role('bob', "SELECT count(*) FROM gd.workers WHERE instance_id = $slow"))[0], '0',
+		'gd.workers does not show bob which instance alice\'s step is');
+	is((as_role('alice', "SELECT count(*) FROM gd.workers WHERE instance_id = $slow"))[0], '1', 'it shows alice');
+	my $t0 = time();
+	is(sqlstate_as('bob', "SELECT gd_signal($slow, 'go')"), 'P0002', 'bob\'s signal to it: not a live instance');
+	ok(time() - $t0 < 3, 'at once, not after alice\'s step released the row');
+	$t0 = time();
+	is((as_role('bob', "SELECT status FROM gd_await($slow, '4s')"))[0], 'not_found', 'bob awaiting it: not_found');
+	is((as_role('bob', "SELECT gd_cancel($slow), gd_retry($slow)"))[0], 'f|f', 'bob can neither cancel nor retry it');
+	ok(time() - $t0 < 3, 'at once');
+	is(wait_ended($slow), 'done', 'alice\'s step finished untouched');
+}
+is(superuser(q{SELECT count(*) FROM spy_log WHERE who <> 'bob'}), '0', 'nothing of bob\'s ran as anyone else');
+is(superuser(q{SELECT rolsuper FROM pg_roles WHERE rolname = 'bob'}), 'f', 'bob is still not a superuser');
+
+$node->stop;
+done_testing();
