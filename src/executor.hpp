@@ -159,8 +159,7 @@ void gd_prepare_handler_calls();
  * caller's subtransaction rolls its effects back).
  */
 HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition &def, const char *queue);
-/* In an engine worker, drop what a handler may leave in the session even when it raised
- * (advisory locks, prepared statements). */
+/* In an engine worker, release the session advisory locks a handler took, even when it raised. */
 void gd_forget_handler_session_state();
 /* False in a session with temporary objects, which a handler's unqualified names would find. */
 bool gd_session_may_run_handlers();

@@ -7,7 +7,7 @@
  * gd.context) returning gd.outcome that the FSM's owner may execute (42883
  * or 42501 otherwise: a failed attempt).  The call runs
  *   - as the owner, under SECURITY_RESTRICTED_OPERATION: no SET ROLE, no
- *     temporary table, no LISTEN, no cursor WITH HOLD;
+ *     temporary table or type, no LISTEN, PREPARE or cursor WITH HOLD;
  *   - inside a GUC nest level that is rolled back when it returns (or by the
  *     subtransaction's abort when it raises): no setting outlives the step;
  *   - with every constraint checked when its statement ends (as after SET
@@ -16,10 +16,9 @@
  *     tenant's step with it, so PostgreSQL refuses to queue one in a
  *     security-restricted operation (a handler that defers a constraint
  *     itself fails its step);
- * and after it, in an engine worker, the session state a handler can leave
- * even when it raised is dropped: session advisory locks and prepared
- * statements (gd._execute, a superuser's tool, leaves its caller's session
- * alone).  A handler that
+ * and after it, in an engine worker, the session advisory locks it took are
+ * released, even when it raised (gd._execute, a superuser's tool, leaves its
+ * caller's session alone).  A handler that
  * created temporary objects anyway (a type or function in pg_temp, which
  * would shadow another tenant's names) fails its step, which rolls them back.
  *
@@ -34,7 +33,6 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
-#include "commands/prepare.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -208,10 +206,8 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
 void gd_forget_handler_session_state()
 {
     /* An engine worker's session holds none of its own; gd._execute's caller's are not the handler's to drop. */
-    if (!IsBackgroundWorker)
-        return;
-    LockReleaseSession(USER_LOCKMETHOD);
-    DropAllPreparedStatements();
+    if (IsBackgroundWorker)
+        LockReleaseSession(USER_LOCKMETHOD);
 }
 
 bool gd_session_may_run_handlers()

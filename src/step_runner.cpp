@@ -131,7 +131,7 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
         raised = CopyErrorData();
         FlushErrorState();
         RollbackAndReleaseCurrentSubTransaction();
-        gd_forget_handler_session_state(); /* not transactional: a raising handler's locks are still held */
+        gd_forget_handler_session_state(); /* session locks outlive the subtransaction */
     }
     PG_END_TRY();
     MemoryContextSwitchTo(round_context);

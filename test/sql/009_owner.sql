@@ -1,8 +1,7 @@
 -- Handlers run with the privileges of the role that defined the FSM, never as
 -- the superuser the executors connect as.
 CREATE ROLE regress_gd_alice LOGIN;
-GRANT USAGE ON SCHEMA gd, t TO regress_gd_alice;
-GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA gd TO regress_gd_alice;
+GRANT USAGE ON SCHEMA t TO regress_gd_alice;
 GRANT INSERT ON t.ledger TO regress_gd_alice;
 CREATE TABLE t.secret (s text);
 INSERT INTO t.secret VALUES ('superuser eyes only');
@@ -31,7 +30,6 @@ SELECT run_as FROM t.ledger WHERE instance_id IN (:plain_id, :peek_id);
 
 DELETE FROM gd._instances WHERE fsm = 'alices';
 DELETE FROM gd._fsms WHERE name = 'alices';
-REVOKE ALL ON ALL TABLES IN SCHEMA gd FROM regress_gd_alice;
-REVOKE ALL ON SCHEMA gd, t FROM regress_gd_alice;
+REVOKE ALL ON SCHEMA t FROM regress_gd_alice;
 REVOKE ALL ON t.ledger FROM regress_gd_alice;
 DROP ROLE regress_gd_alice;

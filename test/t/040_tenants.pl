@@ -152,6 +152,7 @@ BEGIN
     WHEN 'deferred_explicitly' THEN SET CONSTRAINTS ALL DEFERRED; INSERT INTO bob.t VALUES (2);
     WHEN 'temp_view' THEN EXECUTE 'CREATE TEMP VIEW orders AS SELECT bob.spy() AS item';
     WHEN 'temp_domain' THEN EXECUTE 'CREATE DOMAIN pg_temp.item AS text CHECK (bob.spy() IS NOT NULL)';
+    WHEN 'temp_function' THEN EXECUTE 'CREATE FUNCTION pg_temp.item() RETURNS text LANGUAGE sql AS ''SELECT bob.spy()''';
     WHEN 'read_only' THEN PERFORM set_config('default_transaction_read_only', 'on', false);
     WHEN 'sync_off' THEN PERFORM set_config('synchronous_commit', 'off', false);
     WHEN 'advisory' THEN PERFORM pg_advisory_lock(4242);
@@ -197,6 +198,8 @@ sub alice_sees
 {
 	my @ids = map { bob_trick($_) } qw(search_path deferred read_only sync_off advisory advisory_raise prepare);
 	wait_ended(join(',', @ids));
+	like(bob_error($ids[-1]), qr/^42501 cannot execute PREPARE within security-restricted operation/,
+		'a handler cannot leave a prepared statement');
 	my $alice = alice_sees();
 	like($alice, qr/"search_path": "\\"\$user\\", public"/, 'a search_path a handler set is gone at its step\'s end');
 	like($alice, qr/"synchronous_commit": "on"/, 'synchronous_commit = off did not outlive bob\'s step');
@@ -208,7 +211,7 @@ sub alice_sees
 		'no engine statement resolved a name through bob\'s search_path');
 	is(superuser(q{SELECT string_agg(DISTINCT who, ',') FROM spy_log WHERE what = 'deferred'}), 'bob',
 		'bob\'s initially deferred trigger fired in his step, as bob');
-	is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'spy'}), '0', 'bob\'s prepared statement did not reach alice\'s step');
+	is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'spy'}), '0', 'no statement of bob\'s reached alice\'s step');
 	my $deferred = bob_trick('deferred_explicitly');
 	is(wait_ended($deferred), 'failed', 'a step that defers a constraint itself fails');
 	like(bob_error($deferred), qr/^42501 cannot fire deferred trigger within security-restricted operation/,
@@ -223,14 +226,38 @@ sub alice_sees
 {
 	my $view = bob_trick('temp_view');
 	my $domain = bob_trick('temp_domain');
-	is(wait_ended("$view,$domain"), 'failed,failed', 'steps making temporary objects fail');
+	my $function = bob_trick('temp_function');
+	is(wait_ended("$view,$domain,$function"), 'failed,failed,failed', 'steps making temporary objects fail');
 	like(bob_error($view), qr/^42501 cannot create temporary table within security-restricted operation/,
 		'a handler cannot create a temporary view');
-	like(bob_error($domain), qr/^42501 .*temporary/,
-		'a handler cannot create a temporary type');
+	like(bob_error($domain), qr/^42501 cannot create a type in a temporary schema within security-restricted operation/,
+		'nor a temporary type');
+	like(bob_error($function), qr/^42501 gen_durable: step "go" of FSM "bfsm" created temporary objects/,
+		'nor a temporary function (PostgreSQL allows it; the engine does not)');
+	is(superuser(q{SELECT count(*) FROM pg_proc WHERE proname = 'item'}), '0', 'which is gone with its step');
 	like(alice_sees(), qr/"item": "alice-tea"/, 'alice\'s unqualified name finds her table, not a temporary object of bob\'s');
 	is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'spy'}), '0', 'bob\'s spy never ran');
 }
+
+# The API and the engine's statements resolve no name through a caller's search_path.
+setup_as('bob', q{
+	SET search_path = bob, pg_catalog, public;
+	SELECT gd_insert('bfsm', '{"trick": "park"}', correlation_key => 'path-1', schedule_in => '1 second');
+	SELECT gd_signal('path-1', 'go');
+	SELECT * FROM gd_await((SELECT max(id) FROM gd.instances), '0s');
+	SELECT gd_cancel((SELECT max(id) FROM gd.instances));
+	SELECT count(*) FROM gd_claim('default', 'bob-worker');
+});
+setup_as('bob', q{SELECT gd_define_fsm('bmanual', 'go', queue => 'manual');
+	SELECT gd_define_step('bmanual', 'go', 'bob.h(jsonb, gd.context)'::regprocedure)});
+{
+	my ($manual) = as_role('bob', q{SELECT gd_insert('bmanual', '{"trick": "none"}')});
+	# a superuser stepping the queue by hand, with bob's schema on its path
+	superuser(q{SET search_path = bob, pg_catalog, public; SELECT gd._execute('manual', 10)});
+	is(superuser("SELECT status FROM gd._instances WHERE id = $manual"), 'done', 'gd._execute ran bob\'s step');
+}
+is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'clock_timestamp'}), '0',
+	'no API function nor engine statement called bob.clock_timestamp() through a search_path');
 
 # ------------------------------------------- bob takes over alice's work?
 is(sqlstate_as('bob', q{INSERT INTO gd.fsms VALUES ('afsm', 2, 'x', 'default', '{}', 'bob')}), '42501',
@@ -335,7 +362,7 @@ is((as_role('bob', q{SELECT count(*) FROM gd.fsms WHERE name = 'afsm'}))[0], '0'
 is((as_role('bob', q{SELECT count(*) FROM gd.fsms WHERE state_defaults ? 'api_key'}))[0], '0', 'nor her state_defaults');
 is((as_role('bob', q{SELECT string_agg(fsm || ':' || role, ',') FROM gd.grants}))[0], 'ashared:bob',
 	'bob sees only the grant made to him');
-is((as_role('bob', q{SELECT count(*) FROM gd.instances WHERE fsm <> 'bfsm' AND fsm <> 'blent'}))[0], '0',
+is((as_role('bob', q{SELECT count(*) FROM gd.instances WHERE fsm NOT LIKE 'b%'}))[0], '0',
 	'bob sees no instance of alice\'s');
 is((as_role('alice', q{SELECT count(*) FROM gd.instances WHERE fsm LIKE 'b%'}))[0], '0', 'nor alice one of bob\'s');
 
