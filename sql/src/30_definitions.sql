@@ -35,7 +35,9 @@ BEGIN
     IF queue IS NULL OR queue = '' OR length(queue) > 63 THEN
         PERFORM gd._bad_argument(format('queue of FSM %L must be a name of 1 to 63 bytes', fsm_name));
     END IF;
-    -- One definition of a name at a time, so two roles cannot both take a new name.
+    -- One definition of a name at a time, so two roles cannot both take a new
+    -- name (checked before too: a refused caller takes no lock).
+    PERFORM gd._check_owns(caller, fsm_name);
     PERFORM pg_advisory_xact_lock(hashtextextended('gen_durable FSM ' || fsm_name, 0));
     PERFORM gd._check_owns(caller, fsm_name);
     owner := gd._fsm_owner(fsm_name);

@@ -381,6 +381,12 @@ is((as_role('alice', q{SELECT count(*) FROM gd.instances WHERE fsm LIKE 'b%'}))[
 	like($stderr, qr/correlation key 'order-9' is already taken\nDETAIL:  An instance of an FSM you may not use holds it\./,
 		'in alice\'s key space, bob (a grantee) is refused without the occupant\'s id');
 	as_role('alice', "SELECT gd_cancel($held)");
+	# bob may use two key spaces, his and (through ashared) alice's: a key held in both is ambiguous
+	as_role('alice', q{SELECT gd_insert('ashared', '{"park": true}', correlation_key => 'both')});
+	as_role('bob', q{SELECT gd_insert('bfsm', '{"trick": "park"}', correlation_key => 'both')});
+	($stdout, $stderr) = as_role('bob', q{SELECT gd_signal('both', 'go')});
+	like($stderr, qr/correlation key 'both' is held by instances of 2 owners/, 'a key bob may reach in two key spaces is ambiguous');
+	is(sqlstate_as('bob', q{SELECT gd_signal('both', 'go')}), '21000', 'with 21000');
 }
 {
 	# Concurrency keys: bob holds 'k' for a century; alice's two instances on
