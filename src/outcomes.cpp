@@ -19,6 +19,8 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include <initializer_list>
+
 namespace {
 
 /* gd.outcome's columns, in order (as transition.cpp reads them). */
@@ -73,35 +75,39 @@ bool empty_text_argument(FunctionCallInfo fcinfo, int arg)
     return PG_ARGISNULL(arg) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(arg)) == 0;
 }
 
-/* A gd.outcome being built: a kind, the fields given, the others NULL (trivially destructible). */
+/* Which argument of the constructor fills which field. */
+struct FromArgument {
+    OutcomeField field;
+    int arg;
+};
+
+/* A gd.outcome being built: a kind, fields from arguments (NULL when the argument is), the others NULL. */
 class Outcome {
 public:
-    explicit Outcome(const char *kind)
+    Outcome(FunctionCallInfo fcinfo, const char *kind, std::initializer_list<FromArgument> from) : fcinfo_(fcinfo)
     {
         for (bool &null : nulls_)
             null = true;
         set(KIND, CStringGetTextDatum(kind));
+        for (const FromArgument &f : from)
+            if (!PG_ARGISNULL(f.arg))
+                set(f.field, PG_GETARG_DATUM(f.arg));
     }
     void set(OutcomeField field, Datum value)
     {
         values_[field] = value;
         nulls_[field] = false;
     }
-    /* The field from argument `arg`, unless it is NULL. */
-    void set_argument(FunctionCallInfo fcinfo, OutcomeField field, int arg)
-    {
-        if (!PG_ARGISNULL(arg))
-            set(field, PG_GETARG_DATUM(arg));
-    }
-    Datum build(FunctionCallInfo fcinfo)
+    Datum build()
     {
         TupleDesc desc;
-        if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        if (get_call_result_type(fcinfo_, nullptr, &desc) != TYPEFUNC_COMPOSITE)
             elog(ERROR, "gen_durable: an outcome constructor must return gd.outcome");
         return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values_, nulls_));
     }
 
 private:
+    FunctionCallInfo fcinfo_;
     Datum values_[FIELDS] = {};
     bool nulls_[FIELDS];
 };
@@ -137,21 +143,17 @@ Datum gd_next(PG_FUNCTION_ARGS)
         bad_argument("gd_next needs a step");
     check_state(fcinfo, 1);
     check_interval(fcinfo, 2, "delay");
-    Outcome outcome("next");
-    outcome.set_argument(fcinfo, STEP, 0);
-    outcome.set_argument(fcinfo, STATE, 1);
-    outcome.set_argument(fcinfo, DELAY, 2);
-    return outcome.build(fcinfo);
+    return Outcome(fcinfo, "next", {{STEP, 0}, {STATE, 1}, {DELAY, 2}}).build();
 }
 
 /* gd_retry(error jsonb, backoff interval): a NULL error is {}. */
 Datum gd_retry_outcome(PG_FUNCTION_ARGS)
 {
     check_interval(fcinfo, 1, "backoff");
-    Outcome outcome("retry");
-    outcome.set(ERROR_JSON, PG_ARGISNULL(0) ? DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")) : PG_GETARG_DATUM(0));
-    outcome.set_argument(fcinfo, BACKOFF, 1);
-    return outcome.build(fcinfo);
+    Outcome outcome(fcinfo, "retry", {{ERROR_JSON, 0}, {BACKOFF, 1}});
+    if (PG_ARGISNULL(0))
+        outcome.set(ERROR_JSON, DirectFunctionCall1(jsonb_in, CStringGetDatum("{}")));
+    return outcome.build();
 }
 
 /* gd_wait_signal(names text[], timeout interval, then_step text, state jsonb) */
@@ -162,12 +164,7 @@ Datum gd_wait_signal(PG_FUNCTION_ARGS)
                               PG_ARGISNULL(0) ? "NULL" : text_array_text(PG_GETARG_DATUM(0))));
     check_state(fcinfo, 3);
     check_interval(fcinfo, 1, "timeout");
-    Outcome outcome("await");
-    outcome.set_argument(fcinfo, STEP, 2);
-    outcome.set_argument(fcinfo, STATE, 3);
-    outcome.set_argument(fcinfo, SIGNAL_NAMES, 0);
-    outcome.set_argument(fcinfo, TIMEOUT, 1);
-    return outcome.build(fcinfo);
+    return Outcome(fcinfo, "await", {{STEP, 2}, {STATE, 3}, {SIGNAL_NAMES, 0}, {TIMEOUT, 1}}).build();
 }
 
 /* gd_spawn(children jsonb, then_step text, state jsonb) */
@@ -179,10 +176,6 @@ Datum gd_spawn(PG_FUNCTION_ARGS)
     if (empty_text_argument(fcinfo, 1))
         bad_argument("gd_spawn needs a then_step");
     check_state(fcinfo, 2);
-    Outcome outcome("schedule_childs");
-    outcome.set_argument(fcinfo, STEP, 1);
-    outcome.set_argument(fcinfo, STATE, 2);
-    outcome.set_argument(fcinfo, CHILDREN, 0);
-    return outcome.build(fcinfo);
+    return Outcome(fcinfo, "schedule_childs", {{STEP, 1}, {STATE, 2}, {CHILDREN, 0}}).build();
 }
 }

@@ -2,16 +2,22 @@
 -- Granting the use of an FSM (the model: "Who may do what" in 20_internals.sql)
 -- ---------------------------------------------------------------------------
 
--- Let a role, and its members, use the FSM's instances (owner only).
+-- The caller may grant and revoke this FSM: it exists, and the caller is a member of its owner.
+CREATE FUNCTION gd._check_grantor(fsm text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM gd._newest_fsm(fsm);
+    PERFORM gd._check_owns(gd._caller(), fsm);
+END $$;
+
+-- Let a role, and its members, use the FSM's instances.
 CREATE FUNCTION @extschema@.gd_grant(fsm text, role regrole) RETURNS void
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-
 CREATE FUNCTION gd._grant(fsm text, role regrole) RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
-    PERFORM gd._newest_fsm(fsm);
-    PERFORM gd._check_owns(gd._caller(), fsm);
+    PERFORM gd._check_grantor(fsm);
     IF role IS NULL THEN
         PERFORM gd._bad_argument('gd_grant needs a role');
     END IF;
@@ -20,13 +26,9 @@ END $$;
 
 CREATE FUNCTION @extschema@.gd_revoke(fsm text, role regrole) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-
 CREATE FUNCTION gd._revoke(fsm text, role regrole) RETURNS boolean
-LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-BEGIN
-    PERFORM gd._newest_fsm(fsm);
-    PERFORM gd._check_owns(gd._caller(), fsm);
-    DELETE FROM gd._grants g WHERE g.fsm = fsm AND g.role = role;
-    RETURN FOUND;
-END $$;
+LANGUAGE sql AS $$
+    SELECT gd._check_grantor(fsm);
+    WITH gone AS (DELETE FROM gd._grants g WHERE g.fsm = _revoke.fsm AND g.role = _revoke.role RETURNING 1)
+    SELECT count(*) > 0 FROM gone;
+$$;
