@@ -134,6 +134,9 @@ int gd_pin_search_path();
 
 void gd_register_launcher();   /* launcher.cpp */
 
+/* Exit at once if the postmaster died (worker.cpp): called between rounds and between steps. */
+void gd_exit_if_postmaster_died();
+
 extern "C" {
 PGDLLEXPORT void gd_launcher_main(Datum arg);
 PGDLLEXPORT void gd_worker_main(Datum arg);  /* worker.cpp: executors and reapers */

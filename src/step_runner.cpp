@@ -121,6 +121,7 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
             *started = GetCurrentTimestamp();
             transitions[running] = run_handler(row, definitions[running], queue);
             CHECK_FOR_INTERRUPTS();
+            gd_exit_if_postmaster_died();
         }
         ReleaseCurrentSubTransaction();
     }

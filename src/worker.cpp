@@ -7,7 +7,8 @@
  * it at once.
  *
  * SIGTERM is the usual `die`: the round in hand rolls back (an executor's rows
- * stay runnable, no attempt counted) and the worker exits.  In a deadlock
+ * stay runnable, no attempt counted) and the worker exits; so does the
+ * postmaster's death, seen between rounds and between steps.  In a deadlock
  * with a user's statement the worker's round is the victim.  SIGHUP reloads the
  * settings.  An error outside a step is logged, the round rolled back, and the
  * worker goes on after a pause.  A database without the extension is logged
@@ -26,6 +27,7 @@ extern "C" {
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -138,6 +140,7 @@ void log_stop(int, Datum)
     for (;;) {
         ResetLatch(MyLatch); /* before looking for work: a wake-up from now on is not lost */
         CHECK_FOR_INTERRUPTS();
+        gd_exit_if_postmaster_died(); /* a busy worker never sleeps on its latch, which would tell it */
         if (ConfigReloadPending) {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
@@ -159,6 +162,12 @@ void log_stop(int, Datum)
 }
 
 } // namespace
+
+void gd_exit_if_postmaster_died()
+{
+    if (!PostmasterIsAlive())
+        proc_exit(1); /* as WL_EXIT_ON_PM_DEATH does: the round in hand is lost, its rows stay runnable */
+}
 
 void gd_worker_main(Datum arg)
 {
