@@ -9,6 +9,7 @@ extern "C" {
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
+#include "utils/array.h"
 #include "utils/timestamp.h"
 }
 
@@ -118,6 +119,11 @@ void gd_wake_awaiters_at_commit(int64 instance_id);
 void gd_wake_reaper_at_commit();
 void gd_register_xact_callback();
 void gd_register_await_cleanup(); /* await.cpp */
+
+/* ---- outcomes (outcomes.cpp) -------------------------------------------- */
+
+/* Signal names of a wait: a one-dimensional, non-empty array of non-empty names. */
+bool gd_signal_names_ok(ArrayType *names);
 
 /* ---- the API's door (door.cpp) ------------------------------------------ */
 

@@ -112,8 +112,10 @@ private:
     bool nulls_[FIELDS];
 };
 
+} // namespace
+
 /* Signal names: a one-dimensional array of non-empty, non-NULL names. */
-bool signal_names_ok(ArrayType *names)
+bool gd_signal_names_ok(ArrayType *names)
 {
     if (ARR_NDIM(names) != 1)
         return false;
@@ -126,8 +128,6 @@ bool signal_names_ok(ArrayType *names)
             return false;
     return count > 0;
 }
-
-} // namespace
 
 extern "C" {
 
@@ -159,7 +159,7 @@ Datum gd_retry_outcome(PG_FUNCTION_ARGS)
 /* gd_wait_signal(names text[], timeout interval, then_step text, state jsonb) */
 Datum gd_wait_signal(PG_FUNCTION_ARGS)
 {
-    if (PG_ARGISNULL(0) || !signal_names_ok(PG_GETARG_ARRAYTYPE_P(0)))
+    if (PG_ARGISNULL(0) || !gd_signal_names_ok(PG_GETARG_ARRAYTYPE_P(0)))
         bad_argument(psprintf("gd_wait_signal needs signal names, got %s",
                               PG_ARGISNULL(0) ? "NULL" : text_array_text(PG_GETARG_DATUM(0))));
     check_state(fcinfo, 3);

@@ -201,9 +201,8 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         t.status = "awaiting_signal";
         t.then_step = resume_step(row, outcome, false);
         t.wait_names = GetAttributeByNum(outcome, OUTCOME_SIGNAL_NAMES, &isnull);
-        if (isnull || ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(t.wait_names)),
-                                     ARR_DIMS(DatumGetArrayTypeP(t.wait_names))) == 0)
-            bad_outcome(row, "gd_wait_signal needs at least one signal name");
+        if (isnull || !gd_signal_names_ok(DatumGetArrayTypeP(t.wait_names)))
+            bad_outcome(row, "gd_wait_signal needs signal names: a one-dimensional array of non-empty names");
         Datum timeout = GetAttributeByNum(outcome, OUTCOME_TIMEOUT, &isnull);
         if (!isnull) {
             int64 timeout_us = interval_usecs(timeout);

@@ -32,7 +32,7 @@ BEGIN
         PERFORM gd._bad_argument(format('state_defaults of FSM %L must be a JSON object, got %s',
                                         fsm_name, coalesce(state_defaults::text, 'NULL')));
     END IF;
-    IF queue IS NULL OR queue = '' OR length(queue) > 63 THEN
+    IF queue IS NULL OR queue = '' OR octet_length(queue) > 63 THEN
         PERFORM gd._bad_argument(format('queue of FSM %L must be a name of 1 to 63 bytes', fsm_name));
     END IF;
     -- One definition of a name at a time, so two roles cannot both take a new
@@ -90,8 +90,8 @@ BEGIN
     END IF;
     PERFORM gd._check_interval(backoff, 'backoff'), gd._check_interval(max_backoff, 'max_backoff'),
             gd._check_interval(timeout, 'timeout');
-    IF timeout <= interval '0' THEN
-        PERFORM gd._bad_argument(format('timeout of step %L must be positive, got %s', step, timeout));
+    IF timeout < interval '1 millisecond' THEN
+        PERFORM gd._bad_argument(format('timeout of step %L must be at least 1 millisecond, got %s', step, timeout));
     END IF;
     IF handler IS NOT NULL THEN
         PERFORM gd._check_handler(handler, step, fsm_row.owner);
@@ -101,7 +101,7 @@ BEGIN
             PERFORM gd._bad_argument(format('rate_limit of step %L must name a limit, without a partition, got %L',
                                             step, rate_limit));
         END IF;
-        PERFORM gd._rate_policy(rate_limit);
+        PERFORM gd._rate_policy(gd._check_limit_name(rate_limit));
     END IF;
     INSERT INTO gd._steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)
     VALUES (fsm_row.name, fsm_row.version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)

@@ -42,16 +42,26 @@ BEGIN
     IF eligible_at IS NOT NULL AND schedule_in IS NOT NULL THEN
         PERFORM gd._bad_argument('give eligible_at or schedule_in, not both');
     END IF;
+    IF eligible_at = '-infinity' THEN   -- (infinity is "never": until retried or cancelled)
+        PERFORM gd._bad_argument('eligible_at must not be -infinity');
+    END IF;
     run_at := coalesce(eligible_at, now());
     IF schedule_in IS NOT NULL THEN
         run_at := clock_timestamp() + gd._check_interval(schedule_in, 'schedule_in');
     END IF;
     IF correlation_scope IS NULL THEN
         correlation_scope := '{runnable,executing,awaiting_signal,awaiting_children}';   -- gd._live_statuses()
+    ELSIF array_ndims(correlation_scope) > 1 THEN
+        PERFORM gd._bad_argument(format('correlation_scope must be a one-dimensional array of statuses, got %s',
+                                        correlation_scope));
     ELSIF array_position(correlation_scope, NULL) IS NOT NULL
        OR NOT correlation_scope <@ (gd._live_statuses() || gd._terminal_statuses()) THEN
         PERFORM gd._bad_argument(format('correlation_scope %s holds an unknown status', correlation_scope),
                                  'Statuses are runnable, executing, awaiting_signal, awaiting_children, done, failed, cancelled.');
+    ELSIF cardinality(correlation_scope) > 0 THEN
+        -- A live instance always holds its key: one it let go of while waiting
+        -- could be taken, and its resuming would then collide mid-run.
+        correlation_scope := ARRAY(SELECT DISTINCT s FROM unnest(gd._live_statuses() || correlation_scope) s ORDER BY 1);
     END IF;
     IF on_duplicate IS NULL OR on_duplicate NOT IN ('error', 'existing', 'skip') THEN
         PERFORM gd._bad_argument(format('on_duplicate must be error, existing or skip, got %L', on_duplicate));

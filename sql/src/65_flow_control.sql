@@ -152,9 +152,9 @@ END $$;
 CREATE FUNCTION gd._check_limit_name(name text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    IF name IS NULL OR name = '' OR position(':' IN name) > 0 THEN
-        PERFORM gd._bad_argument(format('limit name must be a non-empty name without '':'', got %s',
-                                        coalesce(quote_literal(name), 'NULL')));
+    IF name IS NULL OR name = '' OR position(':' IN name) > 0 OR octet_length(name) > 63 THEN
+        PERFORM gd._bad_argument(format('limit name must be a name of 1 to 63 bytes without '':'', got %s',
+                                        coalesce(quote_literal(left(name, 80)), 'NULL')));
     END IF;
     RETURN name;
 END $$;
@@ -275,6 +275,13 @@ BEGIN
     PERFORM gd._mint_bucket(gd._bucket_scope(bucket_owner, policy), key, policy.burst);
 END $$;
 
+-- How long `tokens` take to refill under a policy; at most 100 years (a
+-- longer wait means never, and its timestamp would overflow).
+CREATE FUNCTION gd._rate_wait(tokens float8, policy gd._rate_limits) RETURNS interval
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT make_interval(secs => least(tokens * extract(epoch FROM policy.per) / policy.rate, 3155760000))
+$$;
+
 -- Take `weight` tokens from every key's bucket (the instance owner's, or
 -- the shared one), or none.  Returns NULL when taken; otherwise the
 -- instance (locked by the caller) does not run now: 'throttled' (pushed
@@ -321,8 +328,8 @@ BEGIN
         turn := NULL;
         IF level < weight THEN
             -- the next free turn: after the last one given out, and no sooner than the tokens refill
-            turn := greatest(coalesce(bucket.reserved_until, at),
-                             at + make_interval(secs => (weight - level) * extract(epoch FROM policy.per) / policy.rate));
+            turn := least(greatest(coalesce(bucket.reserved_until, at), at + gd._rate_wait(weight - level, policy)),
+                          at + interval '100 years');
             due := greatest(due, turn);
         END IF;
         held_scopes := held_scopes || bucket.scope;
@@ -332,7 +339,7 @@ BEGIN
     END LOOP;
     IF due IS NOT NULL THEN
         UPDATE gd._rate_buckets b
-           SET reserved_until = t.turn + make_interval(secs => weight * extract(epoch FROM l.per) / l.rate)
+           SET reserved_until = least(t.turn + gd._rate_wait(weight, l), at + interval '100 years')
           FROM unnest(held_scopes, held, turns) AS t(scope, key, turn), gd._rate_limits l
          WHERE b.scope = t.scope AND b.key = t.key AND t.turn IS NOT NULL AND l.name = split_part(t.key, ':', 1);
         UPDATE gd._instances i SET eligible_at = due WHERE i.id = instance_id;
@@ -359,6 +366,7 @@ BEGIN
     IF per IS NULL OR per <= interval '0' THEN
         PERFORM gd._bad_argument(format('per of rate limit %L must be a positive interval, got %s', name, coalesce(per::text, 'NULL')));
     END IF;
+    PERFORM gd._check_interval(per, 'per');
     IF burst IS NOT NULL AND burst < 1 THEN
         PERFORM gd._bad_argument(format('burst of rate limit %L must be at least 1, got %s', name, burst));
     END IF;

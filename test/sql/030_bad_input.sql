@@ -174,7 +174,7 @@ SELECT t.bad_try('pg', $$SELECT gd_insert('bad', bogus => 1)$$);
 SELECT t.bad_try('22023', $$SELECT gd_insert('bad', schedule_in => '178000000 years')$$);
 -- Accepted (and harmless): far-off and infinite eligibility, an empty scope.
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', eligible_at => 'infinity')$$);
-SELECT t.bad_try('ok', $$SELECT gd_insert('bad', eligible_at => '-infinity')$$);
+SELECT t.bad_try('22023', $$SELECT gd_insert('bad', eligible_at => '-infinity')$$);
 SELECT t.bad_try('22023', $$SELECT gd_insert('bad', schedule_in => '100000 years')$$);
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', schedule_in => '100 years')$$);
 SELECT t.bad_try('ok', $$SELECT gd_insert('bad', correlation_key => 'bad-k', correlation_scope => '{}')$$);
