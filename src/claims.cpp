@@ -60,10 +60,7 @@ ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
 /* The failed transition of a claimed step whose definition was dropped. */
 Transition undefined_step_transition(const PickedInstance &row)
 {
-    Datum error = DirectFunctionCall1(
-        jsonb_in, CStringGetDatum(psprintf("{\"sqlstate\": \"42704\", \"message\": \"gen_durable: step is no "
-                                           "longer defined\", \"attempt\": %d}", row.attempt)));
-    return gd_final_transition(row, "failed", 0, error);
+    return gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined");
 }
 
 /* {"message", "worker", "step", "attempt"} for a lease that expired. */

@@ -4,8 +4,8 @@
  * The engine's tables are closed to every role but the extension's owner.
  * Every API function that reads or writes them is a door, declared
  * `LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door'`: a door named gd_NAME (or
- * NAME) runs gd._NAME, its implementation, with the same arguments and
- * result, and
+ * NAME) runs gd._NAME, its implementation, with the same arguments, call
+ * context (an event trigger's) and result, and
  *   - as the implementation's owner (the extension's owner), the caller's
  *     security restrictions kept (a handler calling gd_insert stays in its
  *     security-restricted operation);
@@ -104,7 +104,7 @@ Datum gd_door(PG_FUNCTION_ARGS)
 {
     DoorTarget *target = door_target(fcinfo);
     LOCAL_FCINFO(inner, FUNC_MAX_ARGS);
-    InitFunctionCallInfoData(*inner, &target->implementation, PG_NARGS(), fcinfo->fncollation, nullptr,
+    InitFunctionCallInfoData(*inner, &target->implementation, PG_NARGS(), fcinfo->fncollation, fcinfo->context,
                              fcinfo->resultinfo);
     for (int i = 0; i < PG_NARGS(); i++)
         inner->args[i] = fcinfo->args[i];

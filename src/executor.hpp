@@ -146,6 +146,8 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
                                int64 explicit_backoff_us);
 /* A terminal transition: done with a result, or failed with an error. */
 Transition gd_final_transition(const PickedInstance &row, const char *status, Datum result, Datum error);
+/* Failed without a retry, for what no retry can mend: {"sqlstate", "message", "step", "attempt"}. */
+Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const char *message);
 /* At commit, NOTIFY gd_work, '<queue>' for external workers: once per transaction and queue (notify.cpp). */
 void gd_notify_external_at_commit(const char *queue);
 /* {"sqlstate", "message", "detail", "step", "attempt"} for an error raised by a step. */
@@ -153,6 +155,16 @@ Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
 
 /* Calling a handler (handler_call.cpp): look up the types a call needs, once per batch. */
 void gd_prepare_handler_calls();
+/*
+ * Can the step's handler never run again — the function or the FSM's owner
+ * was dropped, or the function is no longer (jsonb, gd.context) returning
+ * gd.outcome?  Then the SQLSTATE and message of the instance's failure.
+ */
+struct HandlerGone {
+    int sqlerrcode;
+    const char *message;
+};
+bool gd_handler_gone(const PickedInstance &row, const StepDefinition &def, HandlerGone *why);
 /*
  * Call the step's handler with (state, ctx) as the FSM's owner, isolated
  * from the engine and other tenants; returns its outcome, or raises (the

@@ -4,8 +4,9 @@
  *
  * Every role that can define an FSM is treated as an attacker.  Before each
  * call the handler must still be a plain function (state jsonb, ctx
- * gd.context) returning gd.outcome that the FSM's owner may execute (42883
- * or 42501 otherwise: a failed attempt).  The call runs
+ * gd.context) returning gd.outcome, and its owner a role (42883 or 42704,
+ * the instance fails at once: no retry can mend it), that the FSM's owner
+ * may execute (42501, a failed attempt: it may be granted again).  The call runs
  *   - as the owner, under SECURITY_RESTRICTED_OPERATION: no SET ROLE, no
  *     temporary table or type, no LISTEN, PREPARE or cursor WITH HOLD;
  *   - inside a GUC nest level that is rolled back when it returns (or by the
@@ -100,25 +101,9 @@ Datum build_context(const PickedInstance &row, const char *queue)
     return HeapTupleGetDatum(heap_form_tuple(context_desc, values, nulls));
 }
 
-/* Is the handler still one gd_define_step would accept, and may the owner run it? */
-void check_callable(const PickedInstance &row, const StepDefinition &def)
+/* May the FSM's owner still execute the handler?  (A failed attempt otherwise: it may be granted again.) */
+void check_executable(const PickedInstance &row, const StepDefinition &def)
 {
-    HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(def.handler));
-    if (!HeapTupleIsValid(proc))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
-                        errmsg("gen_durable: the handler of step \"%s\" of FSM \"%s\" version %d, function %u, "
-                               "does not exist",
-                               row.step, row.fsm, row.version, def.handler)));
-    const auto *form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc));
-    bool fits = form->prokind == PROKIND_FUNCTION && !form->proretset && form->pronargs == 2 &&
-                form->proargtypes.values[0] == JSONBOID && form->proargtypes.values[1] == context_type &&
-                form->prorettype == outcome_type;
-    ReleaseSysCache(proc);
-    if (!fits)
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
-                        errmsg("gen_durable: handler %s of step \"%s\" of FSM \"%s\" version %d is not a function "
-                               "(state jsonb, ctx gd.context) returning gd.outcome",
-                               format_procedure(def.handler), row.step, row.fsm, row.version)));
     if (pg_proc_aclcheck(def.handler, def.owner, ACL_EXECUTE) != ACLCHECK_OK)
         ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                         errmsg("gen_durable: role \"%s\", which handlers of FSM \"%s\" run as, may not execute %s",
@@ -167,9 +152,38 @@ void gd_prepare_handler_calls()
     empty_json_array = DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"));
 }
 
+bool gd_handler_gone(const PickedInstance &row, const StepDefinition &def, HandlerGone *why)
+{
+    if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(def.owner))) {
+        why->sqlerrcode = ERRCODE_UNDEFINED_OBJECT;
+        why->message = psprintf("gen_durable: role %u, the owner of FSM \"%s\", which its handlers run as, no longer exists",
+                                def.owner, row.fsm);
+        return true;
+    }
+    HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(def.handler));
+    if (!HeapTupleIsValid(proc)) {
+        why->sqlerrcode = ERRCODE_UNDEFINED_FUNCTION;
+        why->message = psprintf("gen_durable: the handler of step \"%s\" of FSM \"%s\" version %d, function %u, "
+                                "no longer exists", row.step, row.fsm, row.version, def.handler);
+        return true;
+    }
+    const auto *form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc));
+    bool fits = form->prokind == PROKIND_FUNCTION && !form->proretset && form->pronargs == 2 &&
+                form->proargtypes.values[0] == JSONBOID && form->proargtypes.values[1] == context_type &&
+                form->prorettype == outcome_type;
+    ReleaseSysCache(proc);
+    if (fits)
+        return false;
+    why->sqlerrcode = ERRCODE_UNDEFINED_FUNCTION;
+    why->message = psprintf("gen_durable: the handler of step \"%s\" of FSM \"%s\" version %d, %s, is not a function "
+                            "(state jsonb, ctx gd.context) returning gd.outcome",
+                            row.step, row.fsm, row.version, format_procedure(def.handler));
+    return true;
+}
+
 HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition &def, const char *queue)
 {
-    check_callable(row, def);
+    check_executable(row, def);
     LOCAL_FCINFO(fcinfo, 2);
     FmgrInfo flinfo;
     fmgr_info(def.handler, &flinfo);

@@ -48,7 +48,7 @@ enum class Disposition { handled, throttled, to_run };
 
 /*
  * The first pass over a picked row, in the round's own transaction: a row
- * whose definition was dropped fails, one whose step became external is
+ * whose definition, handler or owner was dropped fails at once, one whose step became external is
  * handed over, one its rate limits hold back waits; the rest are to run,
  * with their definition copied into `def` (the cache may be emptied while
  * handlers run).
@@ -58,13 +58,15 @@ Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
     if (found == nullptr) {
         /* The definition was dropped under a live instance: fail it rather than spin. */
-        Datum error = DirectFunctionCall1(
-            jsonb_in, CStringGetDatum(psprintf("{\"sqlstate\": \"42704\", \"message\": \"gen_durable: step is no "
-                                               "longer defined\", \"attempt\": %d}", row.attempt)));
-        gd_apply_transition(row.id, gd_final_transition(row, "failed", 0, error));
+        gd_apply_transition(row.id, gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined"));
         return Disposition::handled;
     }
     def = *found;
+    HandlerGone gone;
+    if (def.handler != InvalidOid && gd_handler_gone(row, def, &gone)) {
+        gd_apply_transition(row.id, gd_failed_at_once(row, gone.sqlerrcode, gone.message));
+        return Disposition::handled;
+    }
     if ((row.rate_limit != nullptr || def.rate_limit[0] != '\0') && !gd_admit_rate(row, def))
         return Disposition::throttled; /* it runs when its tokens are there */
     if (def.handler == InvalidOid) {

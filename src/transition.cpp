@@ -493,6 +493,19 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
     return t;
 }
 
+Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const char *message)
+{
+    StringInfoData json;
+    initStringInfo(&json);
+    appendStringInfoChar(&json, '{');
+    append_json_field(&json, "sqlstate", unpack_sql_state(sqlerrcode), true);
+    append_json_field(&json, "message", message);
+    append_json_field(&json, "step", row.step);
+    appendStringInfo(&json, ", \"attempt\": %d}", row.attempt);
+    Datum error = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
+    return gd_final_transition(row, "failed", 0, error);
+}
+
 Datum gd_error_json(const ErrorData *edata, const PickedInstance &row)
 {
     StringInfoData json;

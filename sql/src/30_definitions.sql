@@ -148,6 +148,28 @@ BEGIN
     END IF;
 END $$;
 
+-- A function a step names as its handler cannot be dropped on its own (an
+-- event trigger, through a door so it may read the steps whoever drops).  A
+-- drop of something it belongs to (DROP SCHEMA ... CASCADE, DROP OWNED) takes
+-- it along; the step's instances then fail at once (src/handler_call.cpp).
+CREATE FUNCTION gd.refuse_handler_drop() RETURNS event_trigger LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE FUNCTION gd._refuse_handler_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$
+DECLARE
+    named record;
+BEGIN
+    SELECT d.object_identity, s.fsm, s.version, s.step INTO named
+      FROM pg_event_trigger_dropped_objects() d JOIN gd._steps s ON s.handler = d.objid
+     WHERE d.classid = 'pg_proc'::regclass AND d.original AND tg_tag IN ('DROP FUNCTION', 'DROP ROUTINE')
+     ORDER BY s.fsm, s.version, s.step LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+            MESSAGE = format('gen_durable: cannot drop function %s: it is the handler of step %L of FSM %L version %s',
+                             named.object_identity, named.step, named.fsm, named.version),
+            HINT = 'Define the step with another handler first (gd_define_step).';
+    END IF;
+END $$;
+CREATE EVENT TRIGGER gd_refuse_handler_drop ON sql_drop EXECUTE FUNCTION gd.refuse_handler_drop();
+
 -- ---------------------------------------------------------------------------
 -- Outcome constructors (what a handler returns); gd_next, gd_retry,
 -- gd_wait_signal and gd_spawn check their arguments in src/outcomes.cpp

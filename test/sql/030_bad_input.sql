@@ -516,7 +516,10 @@ SELECT gd_define_step('bad_h', 'h', 't.bad_handler(jsonb, gd.context)'::regproce
 SELECT gd_define_step('bad_h', 'z', 't.bad_last(jsonb, gd.context)'::regprocedure);
 -- A handler dropped after its step was defined.
 SELECT gd_define_step('bad_h', 'dropped', 't.bad_dropped(jsonb, gd.context)'::regprocedure, max_attempts => 1);
+SELECT t.bad_try('2BP01', $$DROP FUNCTION t.bad_dropped(jsonb, gd.context)$$);
+SET session_replication_role = replica;   -- the drop goes anyway: no event trigger fires
 DROP FUNCTION t.bad_dropped(jsonb, gd.context);
+RESET session_replication_role;
 
 CREATE TABLE t.bad_cases (name text PRIMARY KEY, id bigint);
 INSERT INTO t.bad_cases
