@@ -83,6 +83,8 @@ void reclaim(const ClaimedRow &claimed)
 {
     const PickedInstance &row = claimed.row;
     const StepDefinition *def = gd_find_step(row.fsm, row.version, row.step);
+    if (def == nullptr && gd_version_not_ready(row.fsm, row.version))
+        return; /* a restore in progress: reclaimed once its definitions are there */
     if (def == nullptr) {
         gd_apply_transition(row.id, undefined_step_transition(row));
         return;

@@ -26,6 +26,12 @@ struct StepDefinition {
 
 /* The definition of a step, or nullptr when the FSM version has no such step. */
 const StepDefinition *gd_find_step(const char *fsm, int version, const char *step);
+/*
+ * Are the FSM version's steps not there yet?  Only a restore in progress
+ * makes one (pg_dump loads gd._steps after gd._instances; the API refuses
+ * instances of a version without steps): its instances wait, they do not fail.
+ */
+bool gd_version_not_ready(const char *fsm, int version);
 
 /* A row an executor has locked for this round (picker.cpp).  Strings and
  * jsonb live in the round's memory context. */
@@ -135,6 +141,8 @@ void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transit
 void gd_flush_transitions(TransitionBatch &batch);
 /* Both halves, for callers without a subtransaction (external completions). */
 void gd_apply_transition(int64 id, Transition t);
+/* Leave the (locked) instance as it is, and pick it again in a second (its definitions are not there yet). */
+void gd_postpone(int64 id);
 /*
  * Make room under the concurrency keys whose holders stopped running in this
  * transaction (gd._ungate), in key order so two rounds never deadlock on

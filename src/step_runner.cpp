@@ -48,7 +48,8 @@ enum class Disposition { handled, throttled, to_run };
 
 /*
  * The first pass over a picked row, in the round's own transaction: a row
- * whose definition, handler or owner was dropped fails at once, one whose step became external is
+ * whose definition, handler or owner was dropped fails at once (one whose
+ * version has no steps yet waits: a restore), one whose step became external is
  * handed over, one its rate limits hold back waits; the rest are to run,
  * with their definition copied into `def` (the cache may be emptied while
  * handlers run).
@@ -56,6 +57,10 @@ enum class Disposition { handled, throttled, to_run };
 Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
 {
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
+    if (found == nullptr && gd_version_not_ready(row.fsm, row.version)) {
+        gd_postpone(row.id);
+        return Disposition::throttled;
+    }
     if (found == nullptr) {
         /* The definition was dropped under a live instance: fail it rather than spin. */
         gd_apply_transition(row.id, gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined"));

@@ -461,6 +461,19 @@ void gd_release_concurrency_keys()
     }
 }
 
+void gd_postpone(int64 id)
+{
+    static SPIPlanPtr postpone_plan = nullptr;
+    if (postpone_plan == nullptr) {
+        Oid types[1] = {INT8OID};
+        postpone_plan = gd_prepare_kept(
+            "UPDATE gd._instances SET eligible_at = clock_timestamp() + interval '1 second' WHERE id = $1", 1, types);
+    }
+    Datum args[1] = {Int64GetDatum(id)};
+    if (gd_execute_kept(postpone_plan, args, nullptr, false, 0) != SPI_OK_UPDATE)
+        elog(ERROR, "gen_durable: could not postpone instance " INT64_FORMAT, id);
+}
+
 void gd_apply_transition(int64 id, Transition t)
 {
     gd_prepare_transition(id, t);

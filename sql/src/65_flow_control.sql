@@ -219,7 +219,7 @@ CREATE TABLE gd._rate_limits (
 );
 
 CREATE TABLE gd._rate_buckets (
-    scope          oid NOT NULL,    -- the owner whose steps take from it; 0 for a shared limit
+    scope          regrole NOT NULL, -- the owner whose steps take from it; 0 ('-') for a shared limit
     key            text NOT NULL,
     tokens         float8 NOT NULL,
     refilled_at    timestamptz NOT NULL,
@@ -245,11 +245,11 @@ BEGIN
 END $$;
 
 -- The bucket scope of an owner's steps under a limit.
-CREATE FUNCTION gd._bucket_scope(bucket_owner oid, policy gd._rate_limits) RETURNS oid
-LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN policy.shared THEN 0::oid ELSE bucket_owner END $$;
+CREATE FUNCTION gd._bucket_scope(bucket_owner oid, policy gd._rate_limits) RETURNS regrole
+LANGUAGE sql IMMUTABLE AS $$ SELECT (CASE WHEN policy.shared THEN 0 ELSE bucket_owner END)::regrole $$;
 
 -- A bucket for the key full at `at`, unless it exists.
-CREATE FUNCTION gd._mint_bucket(scope oid, key text, burst int, at timestamptz DEFAULT clock_timestamp())
+CREATE FUNCTION gd._mint_bucket(scope regrole, key text, burst int, at timestamptz DEFAULT clock_timestamp())
 RETURNS void LANGUAGE sql AS $$
     INSERT INTO gd._rate_buckets (scope, key, tokens, refilled_at) VALUES (scope, key, burst, at)
     ON CONFLICT DO NOTHING
@@ -295,7 +295,7 @@ DECLARE
     policy gd._rate_limits;
     bucket gd._rate_buckets;
     level float8;
-    held_scopes oid[] := '{}';
+    held_scopes regrole[] := '{}';
     held text[] := '{}';
     levels float8[] := '{}';
     turns timestamptz[] := '{}';
@@ -378,7 +378,7 @@ BEGIN
     ON CONFLICT ON CONSTRAINT _rate_limits_pkey
     DO UPDATE SET rate = excluded.rate, per = excluded.per, burst = excluded.burst, shared = excluded.shared;
     IF shared THEN
-        PERFORM gd._mint_bucket(0, name, coalesce(burst, rate));
+        PERFORM gd._mint_bucket('-', name, coalesce(burst, rate));
     END IF;
 END $$;
 

@@ -22,3 +22,20 @@ REVOKE ALL ON FUNCTION @extschema@.gd_set_rate_limit(text, int, interval, int, b
                        @extschema@.gd_pause(text), @extschema@.gd_resume(text),
                        @extschema@.gd_stats_reset()
     FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Backups: pg_dump dumps the rows of the tables that hold users' data, and the
+-- positions of the sequences (ids and lease tokens go on above the restored
+-- ones).  Not gd._external_due_announced: derived, and made by the script.
+-- ---------------------------------------------------------------------------
+DO $$
+DECLARE
+    relation text;
+BEGIN
+    -- one call per statement: each updates the extension's catalog row
+    FOREACH relation IN ARRAY ARRAY['gd._queues', 'gd._fsms', 'gd._steps', 'gd._grants', 'gd._instances', 'gd._signals',
+                                    'gd._concurrency_limits', 'gd._rate_limits', 'gd._rate_buckets',
+                                    'gd._instances_id_seq', 'gd._signals_id_seq', 'gd._lease_tokens'] LOOP
+        PERFORM pg_extension_config_dump(relation::regclass, '');
+    END LOOP;
+END $$;
