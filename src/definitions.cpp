@@ -80,7 +80,7 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
                                 /* clamped to 100 years: longer means never, and must not overflow */
                                 "       (least(extract(epoch FROM s.backoff), 3162240000) * 1000000)::int8,"
                                 "       (least(extract(epoch FROM s.max_backoff), 3162240000) * 1000000)::int8,"
-                                "       coalesce(least(extract(epoch FROM s.timeout) * 1000, 2147483647), 0)::int4,"
+                                "       least(coalesce(ceil(extract(epoch FROM s.timeout) * 1000), 0), 2147483647 - 60000)::int4,"
                                 "       s.rate_limit"
                                 "  FROM gd._steps s JOIN gd._fsms f ON f.name = s.fsm AND f.version = s.version"
                                 " WHERE s.fsm = $1 AND s.version = $2 AND s.step = $3",

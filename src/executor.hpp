@@ -49,13 +49,14 @@ struct PickedInstance {
     char *rate_limit;      /* the instance's rate limit key, nullptr when none */
     int weight;            /* tokens a step takes */
     Oid owner;             /* the FSM's owner: whose key spaces the instance's keys are in */
+    TimestampTz updated_at; /* the row's version: a crashed step's note names it */
 };
 
 /* The columns gd_read_instance reads, in its order, for queries on gd._instances i. */
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
-    "i.concurrency_key, i.rate_limit, i.weight, i.owner"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 13;
+    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 14;
 
 /* The engine's own statements (kept_plans.cpp): prepare one once (a kept,
  * generic plan), and run it as SPI_execute_plan would, planned for the indexes. */
@@ -183,6 +184,19 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
 void gd_forget_handler_session_state();
 /* False in a session with temporary objects, which a handler's unqualified names would find. */
 bool gd_session_may_run_handlers();
+
+/*
+ * Steps that end their executor (crashed_steps.cpp).  An executor installs
+ * its SIGTERM/SIGQUIT handlers at start, opens its slot's note once its
+ * database is served, and notes each step around its handler call; the
+ * workers of a database count the notes dead executors left.
+ */
+void gd_install_step_note_handlers();
+void gd_open_step_note(int slot_index);
+void gd_note_step(const PickedInstance &row, int timeout_ms);
+void gd_note_step_ended();
+/* Count the notes of this database's dead executors; true when one is left for later (its row is running). */
+bool gd_count_crashed_steps();
 
 /*
  * Take the tokens a step needs from its rate limits (the instance's and the

@@ -71,6 +71,7 @@ struct WorkerSlot {
     pg_atomic_uint64 current_instance; /* 0 when none */
     pg_atomic_uint64 since;         /* TimestampTz of the current activity */
     pg_atomic_uint32 new_work;      /* an executor woken by new work: its next pick starts from the front */
+    pg_atomic_uint64 cancel_step;   /* gd_cancel of the instance whose step this executor runs: stop it */
 };
 
 /* A backend blocked in gd_await, indexed by backend id. */
@@ -87,6 +88,7 @@ struct GdShared {
     pg_atomic_uint32 restart_now;   /* set by CREATE EXTENSION: skip restart back-offs */
     WorkerSlot workers[GD_MAX_WORKERS];
     pg_atomic_uint32 awaiting_backends;
+    pg_atomic_uint32 worker_deaths; /* bumped by the launcher when a worker it planned stopped */
     GdStats stats;
     AwaitSlot await_slots[FLEXIBLE_ARRAY_MEMBER]; /* MaxBackends entries */
 };

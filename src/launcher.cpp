@@ -174,9 +174,21 @@ int assign_slot(const PlannedWorker &worker)
     return found;
 }
 
+/* A worker stopped: the reapers look for a step it left unfinished (crashed_steps.cpp). */
+void tell_reapers_a_worker_died()
+{
+    pg_atomic_fetch_add_u32(&gd_shared->worker_deaths, 1);
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    for (WorkerSlot &slot : gd_shared->workers)
+        if (slot.kind == WorkerKind::reaper && slot.proc != nullptr)
+            SetLatch(&slot.proc->procLatch);
+    LWLockRelease(gd_shared->lock);
+}
+
 /* A planned worker stopped: restart it, later if it keeps dying young. */
 void schedule_restart(int index, TimestampTz now)
 {
+    tell_reapers_a_worker_died();
     SlotControl &c = control[index];
     bool died_young = TimestampDifferenceExceeds(c.started_at, now, QUICK_FAILURE_MS) == false;
     c.quick_failures = died_young ? c.quick_failures + 1 : 0;

@@ -54,6 +54,7 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.rate_limit = copy_text(tuple, desc, 11);
     row.weight = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
     row.owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 13, &isnull));
+    row.updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 14, &isnull));
 }
 
 namespace {

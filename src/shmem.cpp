@@ -51,8 +51,10 @@ void startup_shmem()
             pg_atomic_init_u64(&slot.current_instance, 0);
             pg_atomic_init_u64(&slot.since, 0);
             pg_atomic_init_u32(&slot.new_work, 0);
+            pg_atomic_init_u64(&slot.cancel_step, 0);
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
+        pg_atomic_init_u32(&gd_shared->worker_deaths, 0);
         pg_atomic_init_u32(&gd_shared->restart_now, 0);
         gd_stats_init(&gd_shared->stats);
         for (int i = 0; i < MaxBackends; i++)

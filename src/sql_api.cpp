@@ -18,6 +18,8 @@ extern "C" {
 #include "utils/tuplestore.h"
 }
 
+#include <csignal>
+
 namespace {
 
 const char *kind_label(WorkerKind kind)
@@ -49,6 +51,7 @@ PG_FUNCTION_INFO_V1(gd_configured_queues);
 PG_FUNCTION_INFO_V1(gd_engine_loaded);
 PG_FUNCTION_INFO_V1(gd_workers);
 PG_FUNCTION_INFO_V1(gd_execute);
+PG_FUNCTION_INFO_V1(gd_interrupt_step);
 
 /*
  * gd._execute(queue text, max int): run up to max runnable steps of the
@@ -85,6 +88,33 @@ Datum gd_execute(PG_FUNCTION_ARGS)
     }
     PG_END_TRY();
     PG_RETURN_INT32(ran);
+}
+
+/*
+ * gd._interrupt_step(instance bigint, terminate boolean) → boolean: stop the
+ * step of the instance an executor of this database is running now — cancel
+ * it (the executor records no attempt: gd_cancel ends the instance when the
+ * round lets go of its row), or, for a step that ignored the cancel, end the
+ * executor.  False when no executor runs a step of it.
+ */
+Datum gd_interrupt_step(PG_FUNCTION_ARGS)
+{
+    uint64 instance = static_cast<uint64>(PG_GETARG_INT64(0));
+    bool terminate = PG_GETARG_BOOL(1);
+    if (gd_shared == nullptr)
+        PG_RETURN_BOOL(false);
+    pid_t pid = 0;
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    for (WorkerSlot &slot : gd_shared->workers)
+        if (slot.kind == WorkerKind::executor && slot.database_oid == MyDatabaseId && slot.pid != 0 &&
+            pg_atomic_read_u64(&slot.current_instance) == instance) {
+            pg_atomic_write_u64(&slot.cancel_step, instance);
+            pid = slot.pid;
+        }
+    LWLockRelease(gd_shared->lock);
+    if (pid != 0)
+        (void) kill(pid, terminate ? SIGTERM : SIGINT);
+    PG_RETURN_BOOL(pid != 0);
 }
 
 /* gd._configured_queues(): the queue names in gen_durable.queues. */

@@ -103,6 +103,12 @@ int to_run_count = 0;
 /* A batch run together raised: the executor's next batch runs isolated. */
 bool last_batch_raised = false;
 
+/* Did gd_cancel of this row's instance stop its step (gd._interrupt_step)? */
+bool cancelled_by_gd_cancel(WorkerSlot *slot, const PickedInstance &row)
+{
+    return slot != nullptr && pg_atomic_read_u64(&slot->cancel_step) == static_cast<uint64>(row.id);
+}
+
 /*
  * Run the handlers of steps [first, end) in one subtransaction, their
  * transitions into `transitions`.  Returns nullptr when none raised (the
@@ -126,7 +132,9 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
             if (slot != nullptr)
                 gd_worker_set_activity(slot, row.id);
             *started = GetCurrentTimestamp();
+            gd_note_step(row, definitions[running].timeout_ms);
             transitions[running] = run_handler(row, definitions[running], queue);
+            gd_note_step_ended();
             CHECK_FOR_INTERRUPTS();
             gd_exit_if_postmaster_died();
         }
@@ -134,12 +142,18 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
     }
     PG_CATCH();
     {
+        gd_note_step_ended();
+        bool timed_out = get_timeout_indicator(STATEMENT_TIMEOUT, true);
         disable_timeout(STATEMENT_TIMEOUT, false);
         MemoryContextSwitchTo(round_context);
         raised = CopyErrorData();
         FlushErrorState();
         RollbackAndReleaseCurrentSubTransaction();
         gd_forget_handler_session_state(); /* session locks outlive the subtransaction */
+        /* A cancel that is not the step's timeout nor its gd_cancel is the session's: never swallowed. */
+        if (raised->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out &&
+            !cancelled_by_gd_cancel(slot, batch[to_run[Min(running, end - 1)]]))
+            ReThrowError(raised);
     }
     PG_END_TRY();
     MemoryContextSwitchTo(round_context);
@@ -148,10 +162,15 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
     return raised;
 }
 
-/* Record step i's failed attempt (it raised `edata`), without running it again. */
-void write_failed_attempt(int i, ErrorData *edata, TimestampTz started)
+/* Record step i's failed attempt (it raised `edata`), without running it again: unless
+ * gd_cancel stopped it, which ends the instance once this round lets go of its row. */
+void write_failed_attempt(WorkerSlot *slot, int i, ErrorData *edata, TimestampTz started)
 {
     const PickedInstance &row = batch[to_run[i]];
+    if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled_by_gd_cancel(slot, row)) {
+        FreeErrorData(edata);
+        return;
+    }
     Transition t = gd_retry_transition(row, definitions[i], gd_error_json(edata, row), -1);
     t.duration_us = GetCurrentTimestamp() - started;
     gd_write_transition_batched(round_transitions, row.id, t);
@@ -172,7 +191,7 @@ void run_each_isolated(const char *queue, WorkerSlot *slot, int first, int end)
         if (raised == nullptr)
             gd_write_transition_batched(round_transitions, batch[to_run[i]].id, transitions[i]);
         else
-            write_failed_attempt(i, raised, started);
+            write_failed_attempt(slot, i, raised, started);
     }
 }
 
@@ -194,7 +213,7 @@ bool run_together(const char *queue, WorkerSlot *slot)
         return true;
     }
     run_each_isolated(queue, slot, 0, raising); /* they ran in vain: again */
-    write_failed_attempt(raising, raised, started);
+    write_failed_attempt(slot, raising, raised, started);
     run_each_isolated(queue, slot, raising + 1, to_run_count);
     return false;
 }
@@ -204,6 +223,8 @@ bool run_together(const char *queue, WorkerSlot *slot)
 int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
 {
     MemoryContext batch_context = CurrentMemoryContext;
+    if (slot != nullptr)
+        pg_atomic_write_u64(&slot->cancel_step, 0); /* a gd_cancel of an earlier round's step is done with */
     gd_prepare_handler_calls();
     gd_begin_transitions(round_transitions, "runnable");
     batch.resize(Min(limit, GD_MAX_BATCH));

@@ -75,6 +75,29 @@ bool check_extension()
     return false;
 }
 
+/* Worker deaths the launcher had told of when this worker last counted crashed steps; -1: never. */
+int64 deaths_counted = -1;
+/* The reaper's last count left a note for later. */
+bool notes_left = false;
+
+/*
+ * Count the steps dead executors left unfinished: every worker once when its
+ * database is first served (a crash-restart, or a worker taking a dead one's
+ * place), the reaper again whenever the launcher saw a worker die, and while
+ * a note is left.  Then an executor takes up its own note.
+ */
+void count_crashed_steps_if_due()
+{
+    uint32 deaths = pg_atomic_read_u32(&gd_shared->worker_deaths);
+    bool due = deaths_counted < 0 || (my_kind == WorkerKind::reaper && (deaths != deaths_counted || notes_left));
+    if (!due)
+        return;
+    notes_left = gd_count_crashed_steps();
+    deaths_counted = deaths;
+    if (my_kind == WorkerKind::executor)
+        gd_open_step_note(static_cast<int>(my_slot - gd_shared->workers));
+}
+
 /* One transaction's worth of work; returns how long to sleep before the next (0: don't). */
 long run_round()
 {
@@ -88,6 +111,8 @@ long run_round()
     long sleep_ms = MISSING_EXTENSION_RECHECK_MS;
     if (!extension_ready)
         extension_ready = check_extension();
+    if (extension_ready)
+        count_crashed_steps_if_due();
     if (extension_ready) {
         pgstat_report_activity(STATE_RUNNING, my_description);
         switch (my_kind) {
@@ -173,13 +198,14 @@ void gd_worker_main(Datum arg)
 {
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     pqsignal(SIGTERM, die);
-    BackgroundWorkerUnblockSignals();
-
     my_slot = gd_worker_slot_for(arg, my_database);
     LWLockAcquire(gd_shared->lock, LW_SHARED);
     strlcpy(my_queue, my_slot->queue, sizeof(my_queue));
     my_kind = my_slot->kind;
     LWLockRelease(gd_shared->lock);
+    if (my_kind == WorkerKind::executor)
+        gd_install_step_note_handlers(); /* SIGTERM and SIGQUIT: was the step to blame? */
+    BackgroundWorkerUnblockSignals();
     if (my_kind == WorkerKind::executor)
         snprintf(my_description, sizeof(my_description), "executor %d for queue \"%s\"", my_slot->queue_index,
                  my_queue);

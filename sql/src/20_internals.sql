@@ -20,6 +20,8 @@ CREATE FUNCTION gd._wake_reaper_on_commit() RETURNS void
 -- FSM's owners): for superusers only, like every gd._* function.
 CREATE FUNCTION gd._execute(queue text, max int DEFAULT 1) RETURNS int
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_execute';
+CREATE FUNCTION gd._interrupt_step(instance bigint, terminate boolean) RETURNS boolean
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_interrupt_step';
 CREATE FUNCTION gd._definitions_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_definitions_changed';
 CREATE FUNCTION gd._workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,

@@ -156,13 +156,32 @@ DECLARE
     freed_key text;
     freed_owners oid[] := '{}';
     freed_keys text[] := '{}';
+    locked boolean := false;
 BEGIN
     -- Looked at before it is locked: see gd._deliver_signal.
     SELECT * INTO target FROM gd._instances i WHERE i.id = _cancel.id;
     IF NOT FOUND OR NOT gd._may_use_instance(caller, target.owner, target.fsm) THEN
         RETURN false;
     END IF;
-    SELECT * INTO target FROM gd._instances i WHERE i.id = _cancel.id FOR UPDATE;
+    -- A step of it an executor runs now is stopped: cancelled, and, if it
+    -- ignores that for 2 s, its executor ended (its round rolls back).
+    IF gd._interrupt_step(target.id, false) THEN
+        FOR tries IN 1..40 LOOP
+            BEGIN
+                SELECT * INTO target FROM gd._instances i WHERE i.id = _cancel.id FOR UPDATE NOWAIT;
+                locked := true;
+                EXIT;
+            EXCEPTION WHEN lock_not_available THEN
+                PERFORM pg_sleep(0.05);
+            END;
+        END LOOP;
+        IF NOT locked THEN
+            PERFORM gd._interrupt_step(target.id, true);
+        END IF;
+    END IF;
+    IF NOT locked THEN
+        SELECT * INTO target FROM gd._instances i WHERE i.id = _cancel.id FOR UPDATE;
+    END IF;
     IF NOT target.status = ANY (gd._live_statuses()) THEN
         RETURN false;
     END IF;
