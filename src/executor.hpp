@@ -180,6 +180,8 @@ bool gd_handler_gone(const PickedInstance &row, const StepDefinition &def, Handl
  * caller's subtransaction rolls its effects back).
  */
 HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition &def, const char *queue);
+/* After a handler raised: was it its step's timeout?  (Asked once per raise.) */
+bool gd_handler_timed_out();
 /* In an engine worker, release the session advisory locks a handler took, even when it raised. */
 void gd_forget_handler_session_state();
 /* False in a session with temporary objects, which a handler's unqualified names would find. */

@@ -120,6 +120,9 @@ void check_constraints_immediately()
     AfterTriggerSetState(&all);
 }
 
+/* The step's timeout is armed (STATEMENT_TIMEOUT, so a cancel it causes says "statement timeout"). */
+bool step_timeout_armed = false;
+
 void refuse_temporary_objects(const PickedInstance &row)
 {
     Oid temp_namespace, temp_toast_namespace;
@@ -200,11 +203,14 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
     SetUserIdAndSecContext(def.owner,
                            engine_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
     check_constraints_immediately();
-    if (def.timeout_ms > 0)
+    if (def.timeout_ms > 0) {
         enable_timeout_after(STATEMENT_TIMEOUT, def.timeout_ms);
+        step_timeout_armed = true;
+    }
     Datum outcome = FunctionCallInvoke(fcinfo);
     if (def.timeout_ms > 0)
         disable_timeout(STATEMENT_TIMEOUT, false);
+    step_timeout_armed = false;
     refuse_temporary_objects(row);
     AtEOXact_GUC(false, nest_level);
     SetUserIdAndSecContext(engine_user, engine_context);
@@ -215,6 +221,14 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
                         errmsg("gen_durable: step \"%s\" of FSM \"%s\" returned a bad outcome: the handler returned NULL",
                                row.step, row.fsm)));
     return DatumGetHeapTupleHeader(outcome);
+}
+
+bool gd_handler_timed_out()
+{
+    /* Armed and no longer pending: it fired (ProcessInterrupts resets its indicator when it cancels). */
+    bool fired = step_timeout_armed && !get_timeout_active(STATEMENT_TIMEOUT);
+    step_timeout_armed = false;
+    return fired;
 }
 
 void gd_forget_handler_session_state()

@@ -143,7 +143,7 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
     PG_CATCH();
     {
         gd_note_step_ended();
-        bool timed_out = get_timeout_indicator(STATEMENT_TIMEOUT, true);
+        bool timed_out = gd_handler_timed_out();
         disable_timeout(STATEMENT_TIMEOUT, false);
         MemoryContextSwitchTo(round_context);
         raised = CopyErrorData();
