@@ -29,11 +29,13 @@ BEGIN
     RETURN true;
 END $$;
 
+-- missing_ok: a target that is not (or no longer) a live instance returns
+-- NULL instead of raising P0002 (a webhook delivered again after the end).
 CREATE FUNCTION @extschema@.gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
-                                      dedup_key text DEFAULT NULL)
+                                      dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 CREATE FUNCTION @extschema@.gd_signal(target text, name text, payload jsonb DEFAULT '{}',
-                                      dedup_key text DEFAULT NULL)
+                                      dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 -- Store a signal in the inbox of a live instance the caller may use.  An
@@ -41,7 +43,7 @@ RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 -- before it is locked, so another tenant's running step never holds the
 -- caller back (which would tell it the instance exists).
 CREATE FUNCTION gd._deliver_signal(caller oid, target bigint, signal_name text, signal_payload jsonb,
-                                   signal_dedup_key text)
+                                   signal_dedup_key text, missing_ok boolean)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
@@ -65,6 +67,9 @@ BEGIN
     ELSE
         inst := NULL;
     END IF;
+    IF (inst.id IS NULL OR NOT inst.status = ANY (gd._live_statuses())) AND missing_ok THEN
+        RETURN NULL;
+    END IF;
     IF inst.id IS NULL OR NOT inst.status = ANY (gd._live_statuses()) THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found',
             MESSAGE = format('gen_durable: signal %L: instance %s is not a live instance', signal_name, target),
@@ -83,13 +88,14 @@ BEGIN
     RETURN true;
 END $$;
 
-CREATE FUNCTION gd._signal(target bigint, name text, payload jsonb, dedup_key text) RETURNS boolean
-LANGUAGE sql AS $$ SELECT gd._deliver_signal(gd._caller(), target, name, payload, dedup_key) $$;
+CREATE FUNCTION gd._signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean)
+RETURNS boolean
+LANGUAGE sql AS $$ SELECT gd._deliver_signal(gd._caller(), target, name, payload, dedup_key, missing_ok) $$;
 
 -- Signal by correlation key: the instance holding the key in its scope, in
 -- the key spaces of the owners whose instances the caller may use.
-CREATE FUNCTION gd._signal(target text, name text, payload jsonb, dedup_key text) RETURNS boolean
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
+CREATE FUNCTION gd._signal(target text, name text, payload jsonb, dedup_key text, missing_ok boolean)
+RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_variable
 DECLARE
     caller oid := gd._caller();
@@ -98,6 +104,9 @@ BEGIN
     SELECT array_agg(i.id ORDER BY i.id) INTO holders FROM gd._instances i
      WHERE i.correlation_key = target AND i.status = ANY (i.correlation_scope)
        AND gd._may_use_instance(caller, i.owner, i.fsm);
+    IF holders IS NULL AND missing_ok THEN
+        RETURN NULL;
+    END IF;
     IF holders IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'no_data_found',
             MESSAGE = format('gen_durable: signal %L: no live instance holds correlation key %L', name, target);
@@ -109,7 +118,7 @@ BEGIN
             DETAIL = format('Instances %s hold it.', array_to_string(holders, ', ')),
             HINT = 'Signal the instance by its id.';
     END IF;
-    RETURN gd._deliver_signal(caller, holders[1], name, payload, dedup_key);
+    RETURN gd._deliver_signal(caller, holders[1], name, payload, dedup_key, missing_ok);
 END $$;
 
 -- A spawn: insert the children (each an insert option object with an fsm)

@@ -24,6 +24,7 @@ done
 cp "$ROOT"/test/t/*.pm "$WORK/t/"   # shared helpers (GdTest.pm), on PERL5LIB
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
 cp -r "$ROOT/examples" "$WORK/examples"
+cp "$ROOT/README.md" "$WORK/README.md"
 [[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
 export GD_PG_HOME=$WORK
 cd "$WORK"
