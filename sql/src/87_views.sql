@@ -76,9 +76,10 @@ CREATE VIEW gd.workers AS SELECT * FROM gd.read_workers();
 
 CREATE VIEW gd.stats AS SELECT * FROM gd.read_stats();
 
--- Per queue (known or configured): the reader's instances per status, the
--- runnable ones split into eligible now and scheduled later, the age of the
--- oldest eligible one, and pause state.
+-- Per queue (known or configured): the reader's instances per status, or
+-- every instance's for members of pg_monitor (totals, never a row of
+-- them), the runnable ones split into eligible now and scheduled later, the
+-- age of the oldest eligible one, and pause state.
 CREATE VIEW gd.queue_stats AS
 SELECT q.name AS queue,
        coalesce(s.runnable, 0) AS runnable,
@@ -107,4 +108,7 @@ SELECT q.name AS queue,
              count(*) FILTER (WHERE i.status = 'cancelled') AS cancelled,
              now() - min(i.eligible_at) FILTER (WHERE i.status = 'runnable' AND i.eligible_at <= now())
                  AS oldest_runnable_age
-        FROM gd.instances i GROUP BY i.queue) s ON s.queue = q.name;
+        FROM gd._instances i
+       WHERE (SELECT pg_has_role('pg_monitor', 'USAGE')) OR pg_has_role(i.owner, 'MEMBER')
+          OR i.fsm IN (SELECT g.fsm FROM gd._grants g WHERE pg_has_role(g.role, 'MEMBER'))
+       GROUP BY i.queue) s ON s.queue = q.name;

@@ -70,6 +70,25 @@ SET ROLE regress_gd_other;
 SELECT count(*) AS other_sees_after_revoke FROM gd.instances;
 RESET ROLE;
 
+-- A monitoring role (examples/prometheus: a member of pg_monitor, with
+-- SELECT on the aggregate views) sees every queue's true totals, and still
+-- no instance, nor may it act on one.
+CREATE ROLE regress_gd_exporter IN ROLE pg_monitor;
+GRANT USAGE ON SCHEMA gd TO regress_gd_exporter;
+GRANT SELECT ON gd.queue_stats, gd.stats, gd.workers TO regress_gd_exporter;
+SET ROLE regress_gd_owner;
+SELECT gd_insert('private') AS monitored_id \gset
+RESET ROLE;
+SET ROLE regress_gd_exporter;
+SELECT runnable + awaiting_signal + done > 0 AS totals FROM gd.queue_stats WHERE queue = 'sec';
+SELECT count(*) AS instances_seen FROM gd.instances;
+SELECT gd_cancel(:monitored_id) AS cancelled;
+RESET ROLE;
+SET ROLE regress_gd_other;
+SELECT runnable + awaiting_signal + done AS totals_of_another FROM gd.queue_stats WHERE queue = 'sec';
+RESET ROLE;
+DROP ROLE regress_gd_exporter;
+
 -- The engine's rights are reached through the API's doors only: no SECURITY DEFINER function in the extension.
 SELECT count(*) AS security_definer_functions
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
