@@ -5,6 +5,8 @@
  * in its await slot, so an executor that commits a change to that instance
  * sets the latch.  Publishing before reading closes the lost-wake-up window.
  * A registration left behind by an error is cleared at transaction end.
+ * An instance the awaiting transaction itself wrote cannot change before it
+ * commits: gd_await refuses to wait for it (gd_written_here).
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
@@ -60,6 +62,13 @@ void gd_register_await_cleanup()
 extern "C" {
 
 PG_FUNCTION_INFO_V1(gd_await_publish);
+PG_FUNCTION_INFO_V1(gd_written_here);
+
+/* gd._written_here(row_xmin xid) → boolean: did this transaction write the row (not yet committed)? */
+Datum gd_written_here(PG_FUNCTION_ARGS)
+{
+    PG_RETURN_BOOL(TransactionIdIsCurrentTransactionId(DatumGetTransactionId(PG_GETARG_DATUM(0))));
+}
 PG_FUNCTION_INFO_V1(gd_await_sleep);
 
 /* gd._await_publish(id bigint): wake me when this instance changes (0: stop). */

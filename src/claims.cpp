@@ -63,20 +63,13 @@ Transition undefined_step_transition(const PickedInstance &row)
     return gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined");
 }
 
-/* {"message", "worker", "step", "attempt"} for a lease that expired. */
+/* The error of a step whose lease expired. */
 Datum lease_expired_json(const ClaimedRow &claimed)
 {
-    StringInfoData json;
-    initStringInfo(&json);
-    appendStringInfoString(&json, "{\"message\": ");
-    escape_json(&json, psprintf("gen_durable: the lease of worker \"%s\" expired",
-                                claimed.lease_owner ? claimed.lease_owner : ""));
-    appendStringInfoString(&json, ", \"worker\": ");
-    escape_json(&json, claimed.lease_owner ? claimed.lease_owner : "");
-    appendStringInfoString(&json, ", \"step\": ");
-    escape_json(&json, claimed.row.step);
-    appendStringInfo(&json, ", \"attempt\": %d}", claimed.row.attempt);
-    return DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
+    const char *worker = claimed.lease_owner ? claimed.lease_owner : "";
+    ErrorFields fields{"lease_expired", psprintf("gen_durable: the lease of worker \"%s\" expired", worker)};
+    fields.worker = worker;
+    return gd_error_document(claimed.row, fields);
 }
 
 void reclaim(const ClaimedRow &claimed)

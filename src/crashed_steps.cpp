@@ -168,16 +168,8 @@ const char *cause_message(Cause cause, const PickedInstance &row, int timeout_ms
 
 Datum crash_error(Cause cause, const PickedInstance &row, int timeout_ms)
 {
-    StringInfoData json;
-    initStringInfo(&json);
-    appendStringInfoString(&json, "{\"kind\": ");
-    escape_json(&json, cause == Cause::overran ? "timeout" : "crashed");
-    appendStringInfoString(&json, ", \"message\": ");
-    escape_json(&json, cause_message(cause, row, timeout_ms));
-    appendStringInfoString(&json, ", \"step\": ");
-    escape_json(&json, row.step);
-    appendStringInfo(&json, ", \"attempt\": %d}", row.attempt);
-    return DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
+    return gd_error_document(row, ErrorFields{cause == Cause::overran ? "timeout" : "crashed",
+                                              cause_message(cause, row, timeout_ms)});
 }
 
 /* What became of a note's step. */

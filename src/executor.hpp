@@ -159,7 +159,24 @@ Transition gd_final_transition(const PickedInstance &row, const char *status, Da
 Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const char *message);
 /* At commit, NOTIFY gd_work, '<queue>' for external workers: once per transaction and queue (notify.cpp). */
 void gd_notify_external_at_commit(const char *queue);
-/* {"sqlstate", "message", "detail", "step", "attempt"} for an error raised by a step. */
+/*
+ * gd.instances.error, one shape for every way a step fails:
+ * {"kind", "message", "step", "attempt"}, with "sqlstate" and "detail" for
+ * an error raised, "worker" for an expired lease, and, where the outcome
+ * gave one (gd_retry, gd_stop), the user's error: its keys when an object
+ * (its "message" the message), else under "data".  Kinds: error (a handler
+ * raised, returned NULL or a bad outcome), timeout, retry, stop, cancelled,
+ * lease_expired, crashed, undefined (its step, handler or owner is gone).
+ */
+struct ErrorFields {
+    const char *kind;
+    const char *message;
+    const char *sqlstate = nullptr;
+    const char *detail = nullptr;
+    const char *worker = nullptr;
+};
+Datum gd_error_document(const PickedInstance &row, const ErrorFields &fields, Datum given = 0);
+/* The error document of an error raised by a step. */
 Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
 
 /* Calling a handler (handler_call.cpp): look up the types a call needs, once per batch. */

@@ -177,7 +177,9 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     }
     if (strcmp(kind, "retry") == 0) {
         Datum error = GetAttributeByNum(outcome, OUTCOME_ERROR, &isnull);
-        Datum error_json = isnull ? empty_object() : error;
+        Datum error_json = gd_error_document(
+            row, ErrorFields{"retry", psprintf("gen_durable: step \"%s\" asked to run again", row.step)},
+            isnull ? 0 : error);
         Datum backoff = GetAttributeByNum(outcome, OUTCOME_BACKOFF, &isnull);
         int64 backoff_us = isnull ? -1 : interval_usecs(backoff);
         if (!isnull && backoff_us < 0)
@@ -192,7 +194,10 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     }
     if (strcmp(kind, "stop") == 0) {
         Datum error = GetAttributeByNum(outcome, OUTCOME_ERROR, &isnull);
-        Transition stopped = gd_final_transition(row, "failed", 0, isnull ? empty_object() : error);
+        Datum error_json = gd_error_document(
+            row, ErrorFields{"stop", psprintf("gen_durable: step \"%s\" stopped its instance", row.step)},
+            isnull ? 0 : error);
+        Transition stopped = gd_final_transition(row, "failed", 0, error_json);
         stopped.external = t.external;
         return stopped;
     }
@@ -508,28 +513,53 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
 
 Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const char *message)
 {
+    ErrorFields fields{"undefined", message};
+    fields.sqlstate = unpack_sql_state(sqlerrcode);
+    return gd_final_transition(row, "failed", 0, gd_error_document(row, fields));
+}
+
+Datum gd_error_document(const PickedInstance &row, const ErrorFields &fields, Datum given)
+{
+    Jsonb *user = given ? DatumGetJsonbP(given) : nullptr;
+    bool user_object = user != nullptr && JB_ROOT_IS_OBJECT(user);
+    const char *message = fields.message;
+    if (user_object) {
+        /* the user's own message, if the object has one */
+        JsonbValue key{};
+        key.type = jbvString;
+        key.val.string.val = const_cast<char *>("message");
+        key.val.string.len = 7;
+        JsonbValue *own = findJsonbValueFromContainer(&user->root, JB_FOBJECT, &key);
+        if (own != nullptr && own->type == jbvString)
+            message = pnstrdup(own->val.string.val, own->val.string.len);
+    }
     StringInfoData json;
     initStringInfo(&json);
     appendStringInfoChar(&json, '{');
-    append_json_field(&json, "sqlstate", unpack_sql_state(sqlerrcode), true);
+    append_json_field(&json, "kind", fields.kind, true);
     append_json_field(&json, "message", message);
+    if (fields.sqlstate != nullptr)
+        append_json_field(&json, "sqlstate", fields.sqlstate);
+    if (fields.sqlstate != nullptr || fields.detail != nullptr)
+        append_json_field(&json, "detail", fields.detail);
+    if (fields.worker != nullptr)
+        append_json_field(&json, "worker", fields.worker);
     append_json_field(&json, "step", row.step);
-    appendStringInfo(&json, ", \"attempt\": %d}", row.attempt);
-    Datum error = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
-    return gd_final_transition(row, "failed", 0, error);
+    appendStringInfo(&json, ", \"attempt\": %d", row.attempt);
+    if (user != nullptr && !user_object)
+        appendStringInfo(&json, ", \"data\": %s", JsonbToCString(nullptr, &user->root, VARSIZE(user)));
+    appendStringInfoChar(&json, '}');
+    Datum document = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
+    pfree(json.data);
+    /* the user's other keys stay; the engine's win */
+    return user_object ? DirectFunctionCall2(jsonb_concat, given, document) : document;
 }
 
 Datum gd_error_json(const ErrorData *edata, const PickedInstance &row)
 {
-    StringInfoData json;
-    initStringInfo(&json);
-    appendStringInfoChar(&json, '{');
-    append_json_field(&json, "sqlstate", unpack_sql_state(edata->sqlerrcode), true);
-    append_json_field(&json, "message", edata->message);
-    append_json_field(&json, "detail", edata->detail);
-    append_json_field(&json, "step", row.step);
-    appendStringInfo(&json, ", \"attempt\": %d}", row.attempt);
-    Datum result = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
-    pfree(json.data);
-    return result;
+    /* A cancel that reaches here is the step's own timeout: the runner rethrows any other. */
+    ErrorFields fields{edata->sqlerrcode == ERRCODE_QUERY_CANCELED ? "timeout" : "error", edata->message};
+    fields.sqlstate = unpack_sql_state(edata->sqlerrcode);
+    fields.detail = edata->detail;
+    return gd_error_document(row, fields);
 }

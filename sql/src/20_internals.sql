@@ -10,6 +10,8 @@ CREATE FUNCTION gd._await_publish(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_await_publish';
 CREATE FUNCTION gd._await_sleep(milliseconds int) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_await_sleep';
+CREATE FUNCTION gd._written_here(row_xmin xid) RETURNS boolean
+    LANGUAGE c STRICT STABLE AS 'MODULE_PATHNAME', 'gd_written_here';
 CREATE FUNCTION gd._engine_loaded() RETURNS boolean
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_engine_loaded';
 CREATE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void

@@ -53,6 +53,12 @@ BEGIN
             status := 'busy';
             EXIT;
         END IF;
+        IF NOT published AND (SELECT gd._written_here(i.xmin) FROM gd._instances i WHERE i.id = awaited) THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
+                MESSAGE = format('gen_durable: gd_await of instance %s in the transaction that wrote it: '
+                                 'it cannot move on before this transaction commits', awaited),
+                HINT = 'Commit first, then await it.';
+        END IF;
         IF NOT published THEN
             -- Published before the next read: a change committed from now on wakes us.
             PERFORM gd._await_publish(awaited);

@@ -201,7 +201,9 @@ BEGIN
             SELECT c.id FROM gd._instances c JOIN tree t ON c.parent_id = t.id
              WHERE c.status = ANY (gd._live_statuses()))
         UPDATE gd._instances i
-           SET status = 'cancelled', error = jsonb_build_object('cancelled', coalesce(reason, '')), gated = false,
+           SET status = 'cancelled', gated = false,
+               error = jsonb_build_object('kind', 'cancelled', 'message', 'gen_durable: cancelled' || coalesce(': ' || reason, ''),
+                                          'reason', coalesce(reason, ''), 'step', i.step, 'attempt', i.attempt),
                wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,
                lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                finished_at = clock_timestamp(), updated_at = clock_timestamp()

@@ -57,3 +57,10 @@ ROLLBACK;
 -- awaited row settles and a second await returns at once.
 SELECT gd._execute('steps', 10);
 SELECT status, result FROM gd_await(:busy_id, '5s');
+
+-- An instance inserted (or changed) by the awaiting transaction cannot move
+-- on before it commits: refused at once, not waited out.
+BEGIN;
+SELECT gd_insert('aw_manual') AS mine \gset
+SELECT t.try(format($$SELECT gd_await(%s, '10s')$$, :mine)) ~ '^25000 gen_durable: gd_await of instance \d+ in the transaction that wrote it' AS refused;
+ROLLBACK;

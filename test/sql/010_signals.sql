@@ -86,3 +86,9 @@ SELECT gd._execute('sig', 10);   -- attempt 1 of 'use' fails
 SELECT status, step, attempt, resume->'signals'->0->'payload' AS kept FROM gd.instances WHERE id = :flaky_id;
 SELECT gd._execute('sig', 10);   -- attempt 2 sees the signal
 SELECT status, result FROM gd_await(:flaky_id, '1s');
+
+-- missing_ok: a target that is not (or no longer) live returns NULL instead of P0002.
+SELECT gd_signal(:flaky_id, 'late', missing_ok => true) IS NULL AS ended_by_id,
+       gd_signal('nobody-holds-this', 'late', missing_ok => true) IS NULL AS no_holder,
+       gd_signal(-1, 'late', missing_ok => true) IS NULL AS no_instance;
+SELECT t.try($$SELECT gd_signal(-1, 'late')$$);

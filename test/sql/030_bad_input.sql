@@ -311,7 +311,7 @@ SELECT t.bad_try('pg', $$SELECT gd_cancel('abc')$$);
 -- A 1 MB reason is stored as given.
 CREATE TABLE t.bad_cancelled AS SELECT gd_insert('bad') AS id;
 SELECT gd_cancel(id, (SELECT r FROM t.bad_big)) AS cancelled FROM t.bad_cancelled;
-SELECT status, length(error->>'cancelled') AS reason_length, finished_at IS NOT NULL AS finished
+SELECT status, length(error->>'reason') AS reason_length, finished_at IS NOT NULL AS finished
   FROM gd.instances WHERE id = (SELECT id FROM t.bad_cancelled);
 SELECT gd_cancel(id) AS cancel_again, gd_retry(id) AS retry_cancelled FROM t.bad_cancelled;
 SELECT t.bad_try('22023', $$SELECT gd_pause(NULL)$$);
