@@ -156,6 +156,27 @@ BEGIN
     RETURN newest;
 END $$;
 
+-- The version new instances take: the newest whose initial step is defined
+-- (a version being defined takes none yet), or 42704.
+CREATE FUNCTION gd._ready_fsm(fsm_name text) RETURNS gd._fsms
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    ready gd._fsms;
+    newest gd._fsms;
+BEGIN
+    SELECT * INTO ready FROM gd._fsms f
+     WHERE f.name = fsm_name
+       AND EXISTS (SELECT FROM gd._steps s WHERE s.fsm = f.name AND s.version = f.version AND s.step = f.initial_step)
+     ORDER BY f.version DESC LIMIT 1;
+    IF NOT FOUND THEN
+        newest := gd._newest_fsm(fsm_name);
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('gen_durable: FSM %L has no version that can start: initial step %L of version %s is not defined',
+                             fsm_name, newest.initial_step, newest.version);
+    END IF;
+    RETURN ready;
+END $$;
+
 CREATE FUNCTION gd._step(fsm_name text, fsm_version int, step_name text) RETURNS gd._steps
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -187,4 +208,40 @@ BEGIN
         INSERT INTO gd._queues (name) VALUES (queue_name) ON CONFLICT DO NOTHING;
     END IF;
     RETURN queue_name;
+END $$;
+
+-- An integer option of an options object (an insert entry, a step's options), or
+-- its default.
+CREATE FUNCTION gd._entry_int(entry jsonb, option text, default_value int) RETURNS int
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF NOT entry ? option THEN
+        RETURN default_value;
+    END IF;
+    IF jsonb_typeof(entry->option) <> 'number' OR (entry->>option)::numeric <> trunc((entry->>option)::numeric)
+       OR abs((entry->>option)::numeric) > 2147483647 THEN
+        PERFORM gd._bad_argument(format('option %s must be an integer, got %s', option, entry->option));
+    END IF;
+    RETURN (entry->>option)::int;
+END $$;
+
+-- A string option of an options object as a timestamptz or interval (the type
+-- of `kind`), or NULL when absent; anything else is a bad argument.
+CREATE FUNCTION gd._entry_cast(entry jsonb, option text, kind anyelement) RETURNS anyelement
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    cast_value kind%TYPE;
+BEGIN
+    IF NOT entry ? option OR entry->option = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(entry->option) <> 'string' THEN
+        PERFORM gd._bad_argument(format('option %s must be a string, got %s', option, entry->option));
+    END IF;
+    BEGIN
+        cast_value := (entry->>option);
+    EXCEPTION WHEN data_exception THEN
+        PERFORM gd._bad_argument(format('option %s: %s', option, SQLERRM));
+    END;
+    RETURN cast_value;
 END $$;

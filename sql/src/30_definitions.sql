@@ -2,13 +2,19 @@
 -- Defining FSMs
 -- ---------------------------------------------------------------------------
 
+-- steps: the version's steps in the same call, an object of step names to
+-- gd_define_step's options ({"reserve": {"handler": "shop.reserve(jsonb, gd.context)",
+-- "max_attempts": 5}, "charge": {}}: a step without a handler is external).
 CREATE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
-                                          version int DEFAULT 1, state_defaults jsonb DEFAULT '{}')
+                                          version int DEFAULT 1, state_defaults jsonb DEFAULT '{}',
+                                          steps jsonb DEFAULT NULL)
 RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 -- The first role to define a name owns the FSM; later versions keep that
--- owner, and only its members may define them.
-CREATE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb)
+-- owner, and only its members may define them.  A version defined again as
+-- it is changes nothing; differently, only while it has no instances (they
+-- would move, to another queue say): define a new version instead.
+CREATE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb, steps jsonb)
 RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -16,6 +22,9 @@ DECLARE
     fsm_name text := _define_fsm.name;
     fsm_version int := _define_fsm.version;
     owner oid;
+    defined gd._fsms;
+    step_name text;
+    options jsonb;
 BEGIN
     IF fsm_name IS NULL OR fsm_name = '' THEN
         PERFORM gd._bad_argument('FSM name must not be empty');
@@ -46,12 +55,64 @@ BEGIN
         -- A new name: grants left by a definition deleted by hand are not inherited.
         DELETE FROM gd._grants g WHERE g.fsm = fsm_name;
     END IF;
+    IF steps IS NOT NULL AND jsonb_typeof(steps) <> 'object' THEN
+        PERFORM gd._bad_argument(format('steps of FSM %L must be a JSON object of step names to options, got %s',
+                                        fsm_name, steps));
+    END IF;
+    SELECT * INTO defined FROM gd._fsms f WHERE f.name = fsm_name AND f.version = fsm_version;
+    IF FOUND AND (defined.initial_step, defined.queue, defined.state_defaults)
+                 IS DISTINCT FROM (initial, queue, state_defaults)
+       AND EXISTS (SELECT FROM gd._instances i WHERE i.fsm = fsm_name AND i.version = fsm_version) THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_in_use',
+            MESSAGE = format('gen_durable: FSM %L version %s has instances: it cannot be defined otherwise',
+                             fsm_name, fsm_version),
+            HINT = format('Define version %s instead: new instances take it, running ones keep theirs.',
+                          (SELECT max(f.version) + 1 FROM gd._fsms f WHERE f.name = fsm_name));
+    END IF;
     INSERT INTO gd._queues (name) VALUES (queue) ON CONFLICT DO NOTHING;
     INSERT INTO gd._fsms AS f (name, version, initial_step, queue, state_defaults, owner)
     VALUES (fsm_name, fsm_version, initial, queue, state_defaults, owner)
     ON CONFLICT ON CONSTRAINT _fsms_pkey DO UPDATE
-       SET initial_step = excluded.initial_step, queue = excluded.queue, state_defaults = excluded.state_defaults;
+       SET initial_step = excluded.initial_step, queue = excluded.queue, state_defaults = excluded.state_defaults
+     WHERE (f.initial_step, f.queue, f.state_defaults)
+           IS DISTINCT FROM (excluded.initial_step, excluded.queue, excluded.state_defaults);
+    FOR step_name, options IN SELECT e.key, e.value FROM jsonb_each(steps) e ORDER BY e.key LOOP
+        PERFORM gd._define_one_step(caller, fsm_name, fsm_version, step_name, options);
+    END LOOP;
     RETURN fsm_version;
+END $$;
+
+-- One step of gd_define_fsm's steps: its options as gd_define_step's arguments.
+CREATE FUNCTION gd._define_one_step(caller oid, fsm_name text, fsm_version int, step_name text, options jsonb)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    unknown text;
+    handler regprocedure;
+BEGIN
+    IF jsonb_typeof(options) <> 'object' THEN
+        PERFORM gd._bad_argument(format('the options of step %L must be a JSON object, got %s', step_name, options));
+    END IF;
+    SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(options) k
+     WHERE k NOT IN ('handler', 'max_attempts', 'backoff', 'max_backoff', 'timeout', 'rate_limit');
+    IF unknown IS NOT NULL THEN
+        PERFORM gd._bad_argument(format('unknown option %s of step %L', unknown, step_name));
+    END IF;
+    IF options ? 'handler' AND jsonb_typeof(options->'handler') <> 'string' THEN
+        PERFORM gd._bad_argument(format('the handler of step %L must be a function signature string, got %s',
+                                        step_name, options->'handler'));
+    END IF;
+    BEGIN
+        handler := options->>'handler';
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION USING ERRCODE = SQLSTATE,
+            MESSAGE = format('gen_durable: the handler of step %L: %s', step_name, SQLERRM),
+            HINT = 'Name the handler with its schema, as in shop.reserve(jsonb, gd.context): the engine resolves no name through search_path.';
+    END;
+    PERFORM gd._define_step_as(caller, fsm_name, step_name, handler,
+                               gd._entry_int(options, 'max_attempts', 3),
+                               coalesce(gd._entry_cast(options, 'backoff', NULL::interval), '1s'),
+                               coalesce(gd._entry_cast(options, 'max_backoff', NULL::interval), '5m'),
+                               gd._entry_cast(options, 'timeout', NULL::interval), fsm_version, options->>'rate_limit');
 END $$;
 
 CREATE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,
@@ -60,18 +121,18 @@ CREATE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regproce
                                            version int DEFAULT NULL, rate_limit text DEFAULT NULL)
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
-                                max_backoff interval, timeout interval, version int, rate_limit text)
+CREATE FUNCTION gd._define_step_as(caller oid, fsm text, step text, handler regprocedure, max_attempts int,
+                                   backoff interval, max_backoff interval, timeout interval, version int,
+                                   rate_limit text)
 RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-    caller oid := gd._caller();
     fsm_row gd._fsms;
 BEGIN
     IF version IS NULL THEN
         fsm_row := gd._newest_fsm(fsm);
     ELSE
-        SELECT * INTO fsm_row FROM gd._fsms f WHERE f.name = _define_step.fsm AND f.version = _define_step.version;
+        SELECT * INTO fsm_row FROM gd._fsms f WHERE f.name = _define_step_as.fsm AND f.version = _define_step_as.version;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'undefined_object',
                 MESSAGE = format('gen_durable: unknown FSM %L version %s', fsm, version);
@@ -109,6 +170,13 @@ BEGIN
        SET handler = excluded.handler, max_attempts = excluded.max_attempts, backoff = excluded.backoff,
            max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit;
 END $$;
+
+CREATE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
+                                max_backoff interval, timeout interval, version int, rate_limit text)
+RETURNS void LANGUAGE sql AS $$
+    SELECT gd._define_step_as(gd._caller(), fsm, step, handler, max_attempts, backoff, max_backoff, timeout, version,
+                              rate_limit)
+$$;
 
 -- A handler is a plain function f(state jsonb, ctx gd.context) RETURNS
 -- gd.outcome (no set, aggregate, window function or procedure) that the

@@ -20,7 +20,7 @@ DECLARE
     run_at timestamptz;
     must_wait boolean;   -- gated: no room under the concurrency key yet
 BEGIN
-    fsm_row := gd._newest_fsm(fsm);
+    fsm_row := gd._ready_fsm(fsm);
     PERFORM gd._check_may_use(caller, fsm_row.name);
     IF state IS NULL OR jsonb_typeof(state) <> 'object' THEN
         PERFORM gd._bad_argument(format('state of a %L instance must be a JSON object, got %s',
@@ -137,41 +137,6 @@ RETURNS bigint LANGUAGE sql
 AS $$ SELECT gd._insert_instance(gd._caller(), fsm, state, step, queue, priority, concurrency_key, correlation_key,
                                  correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate) $$;
 
--- An integer insert option of an entry, or its default.
-CREATE FUNCTION gd._entry_int(entry jsonb, option text, default_value int) RETURNS int
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF NOT entry ? option THEN
-        RETURN default_value;
-    END IF;
-    IF jsonb_typeof(entry->option) <> 'number' OR (entry->>option)::numeric <> trunc((entry->>option)::numeric)
-       OR abs((entry->>option)::numeric) > 2147483647 THEN
-        PERFORM gd._bad_argument(format('insert option %s must be an integer, got %s', option, entry->option));
-    END IF;
-    RETURN (entry->>option)::int;
-END $$;
-
--- A string insert option of an entry as a timestamptz or interval (the type
--- of `kind`), or NULL when absent; anything else is a bad argument.
-CREATE FUNCTION gd._entry_cast(entry jsonb, option text, kind anyelement) RETURNS anyelement
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    cast_value kind%TYPE;
-BEGIN
-    IF NOT entry ? option OR entry->option = 'null' THEN
-        RETURN NULL;
-    END IF;
-    IF jsonb_typeof(entry->option) <> 'string' THEN
-        PERFORM gd._bad_argument(format('insert option %s must be a string, got %s', option, entry->option));
-    END IF;
-    BEGIN
-        cast_value := (entry->>option);
-    EXCEPTION WHEN data_exception THEN
-        PERFORM gd._bad_argument(format('insert option %s: %s', option, SQLERRM));
-    END;
-    RETURN cast_value;
-END $$;
-
 -- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert_instance.
 CREATE FUNCTION gd._insert_entry(caller oid, default_fsm text, entry jsonb, on_duplicate text,
                                  parent_id bigint DEFAULT NULL)
@@ -226,7 +191,7 @@ CREATE FUNCTION gd._insert_plain(caller oid, fsm text, entries jsonb, parent_id 
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    fsm_row gd._fsms := gd._newest_fsm(fsm);
+    fsm_row gd._fsms := gd._ready_fsm(fsm);
     step_external boolean;
     inserted bigint[];
 BEGIN

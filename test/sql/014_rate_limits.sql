@@ -11,7 +11,7 @@ SELECT gd_define_step('limited', 'call', 't.limited(jsonb, gd.context)'::regproc
 
 -- 2 per minute, saving up to 3: five inserted at once, three run, two wait.
 SELECT gd_set_rate_limit('api', 2, '1 minute', burst => 3);
-SELECT name, rate, per, burst FROM gd.rate_limits;
+SELECT name, rate, per, burst FROM gd.rate_limits WHERE name = 'api';
 SELECT gd_stats_reset();
 SELECT count(gd_insert('limited', rate_limit => 'api')) FROM generate_series(1, 5);
 SELECT gd._execute('rl', 100) AS ran;

@@ -87,6 +87,17 @@ SELECT t.bad_try('pg', $$SELECT gd_define_fsm(1, 2)$$);
 SELECT t.bad_try('pg', $$SELECT gd_define_fsm()$$);
 SELECT t.bad_try('22023', $$SELECT gd_define_fsm((SELECT x FROM t.bad_big), 'a', 'bad_q')$$);
 SELECT t.bad_try('22023', $$SELECT gd_define_fsm((SELECT r FROM t.bad_big), 'a', 'bad_q')$$);
+-- steps: an object of step names to gd_define_step's options.
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '[]')$$);
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"a": 1}')$$);
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"a": {"handlr": "t.x()"}}')$$);
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"a": {"max_attempts": "many"}}')$$);
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"a": {"max_attempts": 0}}')$$);
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"a": {"backoff": "soon"}}')$$);
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"": {}}')$$);
+SELECT t.bad_try('42883', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"a": {"handler": "t.no_such(jsonb, gd.context)"}}')$$);
+SELECT t.bad_try('22023', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"a": {"handler": 42}}')$$);
+SELECT t.bad_try('42883', $$SELECT gd_define_fsm('bad_n', 'a', 'bad_q', steps => '{"a": {"handler": "bad_handler(jsonb, gd.context)"}}')$$);
 -- Nothing was defined by the refused calls.
 SELECT count(*) AS refused_fsms_defined FROM gd.fsms WHERE name LIKE 'bad\_n%' OR length(name) > 1000;
 
