@@ -44,7 +44,6 @@ TransitionBatch completions;
 /* One claimed row, in the memory of the SPI connection that read it. */
 struct ClaimedRow {
     PickedInstance row;
-    char *queue;
     char *lease_owner;
 };
 
@@ -52,7 +51,7 @@ ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
 {
     ClaimedRow claimed{};
     gd_read_instance(tuple, desc, claimed.row);
-    claimed.queue = SPI_getvalue(tuple, desc, GD_INSTANCE_COLUMN_COUNT + 1);
+    claimed.row.queue = SPI_getvalue(tuple, desc, GD_INSTANCE_COLUMN_COUNT + 1);
     claimed.lease_owner = SPI_getvalue(tuple, desc, GD_INSTANCE_COLUMN_COUNT + 2);
     return claimed;
 }
@@ -124,8 +123,8 @@ void complete_claim(const ClaimedRow &claimed, HeapTupleHeader outcome, Oid call
     }
     gd_prepare_transition(row.id, t);
     gd_write_transition_batched(completions, row.id, t);
-    if (strcmp(t.status, "runnable") == 0 && !t.external)
-        gd_wake_queue_at_commit(claimed.queue); /* an in-database step is next */
+    if (strcmp(t.status, "runnable") == 0 && !t.external && !t.moved)
+        gd_wake_queue_at_commit(row.queue); /* an in-database step is next (a moved one is woken as written) */
 }
 
 /*

@@ -183,7 +183,7 @@ Counted count_attempt(int64 instance, TimestampTz version, Cause cause, int time
     static SPIPlanPtr locked_plan = nullptr;
     if (crashed_plan == nullptr) {
         Oid types[2] = {INT8OID, TIMESTAMPTZOID};
-        crashed_plan = gd_prepare_kept("SELECT " GD_INSTANCE_COLUMNS " FROM gd._instances i"
+        crashed_plan = gd_prepare_kept("SELECT " GD_INSTANCE_COLUMNS ", i.queue FROM gd._instances i"
                                        " WHERE i.id = $1 AND i.updated_at = $2 AND i.status = 'runnable' AND NOT i.external"
                                        " FOR UPDATE SKIP LOCKED",
                                        2, types);
@@ -201,6 +201,7 @@ Counted count_attempt(int64 instance, TimestampTz version, Cause cause, int time
     }
     PickedInstance row{};
     gd_read_instance(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, row);
+    row.queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, GD_INSTANCE_COLUMN_COUNT + 1);
     const StepDefinition *def = gd_find_step(row.fsm, row.version, row.step);
     if (def == nullptr)
         return Counted::moved_on; /* the executors fail it when they pick it */

@@ -81,7 +81,7 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
                                 "       (least(extract(epoch FROM s.backoff), 3162240000) * 1000000)::int8,"
                                 "       (least(extract(epoch FROM s.max_backoff), 3162240000) * 1000000)::int8,"
                                 "       least(coalesce(ceil(extract(epoch FROM s.timeout) * 1000), 0), 2147483647 - 60000)::int4,"
-                                "       s.rate_limit"
+                                "       s.rate_limit, s.queue"
                                 "  FROM gd._steps s JOIN gd._fsms f ON f.name = s.fsm AND f.version = s.version"
                                 " WHERE s.fsm = $1 AND s.version = $2 AND s.step = $3",
                                 3, types);
@@ -110,6 +110,10 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
     def->rate_limit[0] = '\0';
     if (!isnull)
         text_to_cstring_buffer(DatumGetTextPP(rate_limit), def->rate_limit, sizeof(def->rate_limit));
+    Datum queue = SPI_getbinval(tuple, desc, 8, &isnull);
+    def->queue[0] = '\0';
+    if (!isnull)
+        text_to_cstring_buffer(DatumGetTextPP(queue), def->queue, sizeof(def->queue));
     return true;
 }
 

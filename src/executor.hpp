@@ -22,6 +22,7 @@ struct StepDefinition {
     int64 max_backoff_us;
     int timeout_ms;        /* 0: no timeout */
     char rate_limit[NAMEDATALEN]; /* "" when the step names no rate limit */
+    char queue[NAMEDATALEN];      /* "" when the step runs on its instance's queue */
 };
 
 /* The definition of a step, or nullptr when the FSM version has no such step. */
@@ -50,6 +51,7 @@ struct PickedInstance {
     int weight;            /* tokens a step takes */
     Oid owner;             /* the FSM's owner: whose key spaces the instance's keys are in */
     TimestampTz updated_at; /* the row's version: a crashed step's note names it */
+    const char *queue;     /* where the current step runs (not among GD_INSTANCE_COLUMNS: its reader knows) */
 };
 
 /* The columns gd_read_instance reads, in its order, for queries on gd._instances i. */
@@ -85,6 +87,10 @@ struct Transition {
     Datum result;            /* 0: NULL */
     Datum error;             /* 0: NULL */
     bool external;
+    /* Perhaps to another queue (gd._route, in the UPDATE): the next step's own
+     * queue, or nullptr for the instance's home queue.  Only gd_next moves. */
+    bool moved;
+    const char *route;
     int64 parent_id;         /* the instance's parent (0: none): woken when this one ends */
     Oid owner;               /* the instance's owner, in whose key space its concurrency key is */
     const char *concurrency_key; /* the instance's key (nullptr: none): room is made when it stops running */
@@ -123,7 +129,7 @@ void gd_prepare_transition(int64 id, Transition &t);
 void gd_write_transition(int64 id, const Transition &t);
 /*
  * The same, deferred: an executor round (or a gd_complete_all call) collects
- * its plain transitions (next, retry, done, failed) and writes them in one
+ * its plain transitions (next on the same queue, retry, done, failed) and writes them in one
  * UPDATE at gd_flush_transitions, which saves setting up an UPDATE (its
  * indexes, constraints and triggers) per step.  The rows are the caller's,
  * locked since the pick or claim; a row no longer in `locked_status` (a

@@ -156,8 +156,10 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     /* Copy out of SPI memory, which does not outlive this round's SPI connection. */
     MemoryContext spi_context = MemoryContextSwitchTo(into);
     TupleDesc desc = SPI_tuptable->tupdesc;
-    for (uint64 i = 0; i < count; i++)
+    for (uint64 i = 0; i < count; i++) {
         gd_read_instance(SPI_tuptable->vals[i], desc, out[i]);
+        out[i].queue = queue;
+    }
     MemoryContextSwitchTo(spi_context);
     /* A full pick goes on after its last row next time; a short one reached the end. */
     resume_point.valid = go_on && count == static_cast<uint64>(limit);

@@ -173,6 +173,14 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         t.status = "runnable";
         t.eligible_at += delay_us;
         t.external = next->handler == InvalidOid;
+        /* To the next step's own queue, or home from a step with a queue of its
+         * own (an instance is away from home only at such a step). */
+        if (next->queue[0] != '\0') {
+            t.route = pstrdup(next->queue);
+            t.moved = strcmp(t.route, row.queue) != 0;
+        } else {
+            t.moved = def.queue[0] != '\0';
+        }
         return t;
     }
     if (strcmp(kind, "retry") == 0) {
@@ -262,17 +270,23 @@ void prepare_plans()
         callback_registered = true;
     }
     if (update_plan == nullptr) {
-        Oid types[13] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID,
-                         JSONBOID, JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID};
+        Oid types[15] = {INT8OID,  TEXTOID,  TEXTOID, JSONBOID,     INT4OID,        TIMESTAMPTZOID, JSONBOID,
+                         JSONBOID, BOOLOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID,     BOOLOID, TEXTOID};
         update_plan = gd_prepare_kept("UPDATE gd._instances SET status = $2, step = $3, state = coalesce($4, state),"
                                       "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
                                       "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
-                                      "       resume = CASE WHEN $13 THEN resume END, lease_owner = NULL,"
-                                      "       lease_token = NULL, lease_expires_at = NULL, updated_at = clock_timestamp(),"
+                                      "       resume = CASE WHEN $13 THEN resume END,"
+                                      /* moved ($14): gd._route($15, the home queue) */
+                                      "       queue = CASE WHEN $14 THEN coalesce($15, home_queue, queue) ELSE queue END,"
+                                      "       home_queue = CASE WHEN NOT $14 THEN home_queue"
+                                      "                         WHEN $15 <> coalesce(home_queue, queue)"
+                                      "                         THEN coalesce(home_queue, queue) END,"
+                                      "       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,"
+                                      "       updated_at = clock_timestamp(),"
                                       "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
                                       "                          THEN clock_timestamp() END"
-                                      " WHERE id = $1",
-                                      13, types);
+                                      " WHERE id = $1 RETURNING queue",
+                                      15, types);
     }
     Oid follow_up_types[2] = {INT8OID, JSONBOID};
     if (wake_if_signalled_plan == nullptr)
@@ -340,16 +354,18 @@ Datum array_of(Datum *values, bool *nulls, int count, Oid type)
 void gd_write_transition(int64 id, const Transition &t)
 {
     prepare_plans();
-    Datum args[13] = {Int64GetDatum(id),   CStringGetTextDatum(t.status),
+    Datum args[15] = {Int64GetDatum(id),   CStringGetTextDatum(t.status),
                       CStringGetTextDatum(t.step), t.state,
                       Int32GetDatum(t.attempt),    TimestampTzGetDatum(t.eligible_at),
                       t.result,            t.error,
                       BoolGetDatum(t.external),    t.wait_names,
                       TimestampTzGetDatum(t.wait_deadline), t.then_step ? CStringGetTextDatum(t.then_step) : 0,
-                      BoolGetDatum(t.keep_resume)};
-    char nulls[13] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' ',
-                      t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n', ' '};
-    if (gd_execute_kept(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE)
+                      BoolGetDatum(t.keep_resume), BoolGetDatum(t.moved),
+                      t.route ? CStringGetTextDatum(t.route) : 0};
+    char nulls[15] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' ',
+                      t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n', ' ', ' ',
+                      t.route ? ' ' : 'n'};
+    if (gd_execute_kept(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
     if (SPI_processed == 0) {
         /* Its own step deleted the row: nothing is left to move on. */
@@ -357,6 +373,8 @@ void gd_write_transition(int64 id, const Transition &t)
                                  t.step)));
         return;
     }
+    if (t.moved && !t.external && strcmp(t.status, "runnable") == 0)
+        gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)); /* not its executors' */
     after_transition(id, t);
 }
 
@@ -368,7 +386,9 @@ void gd_begin_transitions(TransitionBatch &batch, const char *locked_status)
 
 void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transition &t)
 {
-    bool plain = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0;
+    /* Plain: what the batch's statement writes (it leaves the queues as they are). */
+    bool plain = !t.moved && (strcmp(t.status, "runnable") == 0 || strcmp(t.status, "done") == 0 ||
+                              strcmp(t.status, "failed") == 0);
     if (!plain || batch.count >= GD_MAX_BATCH) {
         gd_write_transition(id, t);
         return;

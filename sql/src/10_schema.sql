@@ -44,6 +44,7 @@ CREATE TABLE gd._steps (
     max_backoff  interval NOT NULL CHECK (max_backoff >= '0'),
     timeout      interval CHECK (timeout > '0'),
     rate_limit   text,                 -- every run of the step takes a token from this limit
+    queue        text REFERENCES gd._queues, -- the step runs on this queue; NULL: on its instance's
     PRIMARY KEY (fsm, version, step),
     FOREIGN KEY (fsm, version) REFERENCES gd._fsms ON DELETE CASCADE
 );
@@ -74,7 +75,10 @@ CREATE TABLE gd._instances (
     step              text NOT NULL,
     state             jsonb NOT NULL,
     status            gd.status NOT NULL DEFAULT 'runnable',
-    queue             text NOT NULL,
+    queue             text NOT NULL,      -- where the current step runs
+    -- While the current step runs on a queue of its own: the queue of the
+    -- instance's other steps (its FSM's, or its insert's), to come back to.
+    home_queue        text,
     external          boolean NOT NULL,   -- the current step has no handler
     priority          int NOT NULL DEFAULT 0,
     concurrency_key   text,

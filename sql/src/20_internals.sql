@@ -142,6 +142,23 @@ BEGIN
     RETURN value;
 END $$;
 
+-- Where an instance runs a step: on the step's own queue, else on its home
+-- queue (that of its other steps: its FSM's, or its insert's); home_queue is
+-- the queue to come back to, while away from it.
+CREATE FUNCTION gd._route(step_queue text, home text, OUT queue text, OUT home_queue text)
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(step_queue, home), CASE WHEN step_queue <> home THEN home END
+$$;
+
+-- A queue a definition names (of_what: whose queue, for the message).
+CREATE FUNCTION gd._check_queue_name(queue text, of_what text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF queue IS NULL OR queue = '' OR octet_length(queue) > 63 THEN
+        PERFORM gd._bad_argument(format('queue of %s must be a name of 1 to 63 bytes', of_what));
+    END IF;
+END $$;
+
 -- The newest version of an FSM, or 42704.
 CREATE FUNCTION gd._newest_fsm(fsm_name text) RETURNS gd._fsms
 LANGUAGE plpgsql STABLE AS $$

@@ -41,9 +41,7 @@ BEGIN
         PERFORM gd._bad_argument(format('state_defaults of FSM %L must be a JSON object, got %s',
                                         fsm_name, coalesce(state_defaults::text, 'NULL')));
     END IF;
-    IF queue IS NULL OR queue = '' OR octet_length(queue) > 63 THEN
-        PERFORM gd._bad_argument(format('queue of FSM %L must be a name of 1 to 63 bytes', fsm_name));
-    END IF;
+    PERFORM gd._check_queue_name(queue, format('FSM %L', fsm_name));
     -- One definition of a name at a time, so two roles cannot both take a new
     -- name (checked before too: a refused caller takes no lock).
     PERFORM gd._check_owns(caller, fsm_name);
@@ -93,7 +91,7 @@ BEGIN
         PERFORM gd._bad_argument(format('the options of step %L must be a JSON object, got %s', step_name, options));
     END IF;
     SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(options) k
-     WHERE k NOT IN ('handler', 'max_attempts', 'backoff', 'max_backoff', 'timeout', 'rate_limit');
+     WHERE k NOT IN ('handler', 'max_attempts', 'backoff', 'max_backoff', 'timeout', 'rate_limit', 'queue');
     IF unknown IS NOT NULL THEN
         PERFORM gd._bad_argument(format('unknown option %s of step %L', unknown, step_name));
     END IF;
@@ -112,22 +110,25 @@ BEGIN
                                gd._entry_int(options, 'max_attempts', 3),
                                coalesce(gd._entry_cast(options, 'backoff', NULL::interval), '1s'),
                                coalesce(gd._entry_cast(options, 'max_backoff', NULL::interval), '5m'),
-                               gd._entry_cast(options, 'timeout', NULL::interval), fsm_version, options->>'rate_limit');
+                               gd._entry_cast(options, 'timeout', NULL::interval), fsm_version, options->>'rate_limit',
+                               options->>'queue');
 END $$;
 
 CREATE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,
                                            max_attempts int DEFAULT 3, backoff interval DEFAULT '1s',
                                            max_backoff interval DEFAULT '5m', timeout interval DEFAULT NULL,
-                                           version int DEFAULT NULL, rate_limit text DEFAULT NULL)
+                                           version int DEFAULT NULL, rate_limit text DEFAULT NULL,
+                                           queue text DEFAULT NULL)
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE FUNCTION gd._define_step_as(caller oid, fsm text, step text, handler regprocedure, max_attempts int,
                                    backoff interval, max_backoff interval, timeout interval, version int,
-                                   rate_limit text)
+                                   rate_limit text, queue text)
 RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
     fsm_row gd._fsms;
+    previous gd._steps;
 BEGIN
     IF version IS NULL THEN
         fsm_row := gd._newest_fsm(fsm);
@@ -164,18 +165,35 @@ BEGIN
         END IF;
         PERFORM gd._rate_policy(gd._check_limit_name(rate_limit));
     END IF;
-    INSERT INTO gd._steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)
-    VALUES (fsm_row.name, fsm_row.version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit)
+    IF queue IS NOT NULL THEN
+        PERFORM gd._check_queue_name(queue, format('step %L', step));
+        INSERT INTO gd._queues (name) VALUES (queue) ON CONFLICT DO NOTHING;
+    END IF;
+    SELECT * INTO previous FROM gd._steps s
+     WHERE s.fsm = fsm_row.name AND s.version = fsm_row.version AND s.step = _define_step_as.step;
+    INSERT INTO gd._steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit,
+                                queue)
+    VALUES (fsm_row.name, fsm_row.version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit,
+            queue)
     ON CONFLICT ON CONSTRAINT _steps_pkey DO UPDATE
        SET handler = excluded.handler, max_attempts = excluded.max_attempts, backoff = excluded.backoff,
-           max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit;
+           max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit,
+           queue = excluded.queue;
+    IF previous.step IS NOT NULL AND previous.queue IS DISTINCT FROM queue THEN
+        -- The instances at the step follow it to its new queue.
+        UPDATE gd._instances i
+           SET (queue, home_queue) = (SELECT r.queue, r.home_queue FROM gd._route(_define_step_as.queue, coalesce(i.home_queue, i.queue)) r)
+         WHERE i.fsm = fsm_row.name AND i.version = fsm_row.version AND i.step = _define_step_as.step
+           AND i.status IN ('runnable', 'executing');
+        PERFORM gd._wake_on_commit(coalesce(queue, fsm_row.queue));
+    END IF;
 END $$;
 
 CREATE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
-                                max_backoff interval, timeout interval, version int, rate_limit text)
+                                max_backoff interval, timeout interval, version int, rate_limit text, queue text)
 RETURNS void LANGUAGE sql AS $$
     SELECT gd._define_step_as(gd._caller(), fsm, step, handler, max_attempts, backoff, max_backoff, timeout, version,
-                              rate_limit)
+                              rate_limit, queue)
 $$;
 
 -- A handler is a plain function f(state jsonb, ctx gd.context) RETURNS

@@ -13,7 +13,8 @@ RETURNS bigint LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     fsm_row gd._fsms;
-    step_external boolean;   -- the first step has no handler
+    first gd._steps;
+    route record;            -- the first step's queue, and the instance's home queue while away from it
     new_id bigint;
     occupant gd._instances;
     first_step text;
@@ -27,12 +28,13 @@ BEGIN
                                         fsm, coalesce(state::text, 'NULL')));
     END IF;
     first_step := coalesce(step, fsm_row.initial_step);
-    step_external := (gd._step(fsm_row.name, fsm_row.version, first_step)).handler IS NULL;
+    first := gd._step(fsm_row.name, fsm_row.version, first_step);
     IF queue IS NULL THEN
         queue := fsm_row.queue;   -- registered when the FSM was defined
     ELSIF queue <> fsm_row.queue THEN
         queue := gd._known_queue(queue);
     END IF;
+    route := gd._route(first.queue, queue);
     IF priority IS NULL THEN
         PERFORM gd._bad_argument('priority must not be NULL');
     END IF;
@@ -81,18 +83,18 @@ BEGIN
     END IF;
 
     LOOP
-        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, external, priority, concurrency_key,
-                                        gated, correlation_key, correlation_scope, rate_limit, weight, eligible_at,
-                                        parent_id)
-        VALUES (fsm_row.name, fsm_row.version, fsm_row.owner, first_step, fsm_row.state_defaults || state, queue,
-                step_external, priority, concurrency_key, must_wait, correlation_key, correlation_scope,
-                rate_limit, weight, run_at, parent_id)
+        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, home_queue, external, priority,
+                                        concurrency_key, gated, correlation_key, correlation_scope, rate_limit,
+                                        weight, eligible_at, parent_id)
+        VALUES (fsm_row.name, fsm_row.version, fsm_row.owner, first_step, fsm_row.state_defaults || state,
+                route.queue, route.home_queue, first.handler IS NULL, priority, concurrency_key, must_wait,
+                correlation_key, correlation_scope, rate_limit, weight, run_at, parent_id)
         ON CONFLICT (correlation_key, owner) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope)
         DO NOTHING
         RETURNING i.id INTO new_id;
         IF new_id IS NOT NULL THEN
             IF NOT must_wait THEN
-                PERFORM gd._wake_on_commit(queue);
+                PERFORM gd._wake_on_commit(route.queue);
             END IF;
             RETURN new_id;
         END IF;
@@ -192,22 +194,25 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     fsm_row gd._fsms := gd._ready_fsm(fsm);
-    step_external boolean;
+    first gd._steps;
+    route record;
     inserted bigint[];
 BEGIN
     PERFORM gd._check_may_use(caller, fsm_row.name);
-    step_external := (gd._step(fsm_row.name, fsm_row.version, fsm_row.initial_step)).handler IS NULL;
+    first := gd._step(fsm_row.name, fsm_row.version, fsm_row.initial_step);
+    route := gd._route(first.queue, fsm_row.queue);
     WITH added AS (
-        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, external, correlation_scope,
-                                        eligible_at, parent_id)
+        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, home_queue, external,
+                                        correlation_scope, eligible_at, parent_id)
         SELECT fsm_row.name, fsm_row.version, fsm_row.owner, fsm_row.initial_step,
                fsm_row.state_defaults || coalesce(x.e->'state', '{}'),
-               fsm_row.queue, step_external, gd._live_statuses(), now(), _insert_plain.parent_id
+               route.queue, route.home_queue, first.handler IS NULL, gd._live_statuses(), now(),
+               _insert_plain.parent_id
           FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(e, n)
          ORDER BY x.n
         RETURNING i.id)
     SELECT array_agg(added.id ORDER BY added.id) INTO inserted FROM added;
-    PERFORM gd._wake_on_commit(fsm_row.queue) FROM unnest(inserted);
+    PERFORM gd._wake_on_commit(route.queue) FROM unnest(inserted);
     RETURN QUERY SELECT unnest(inserted);
 END $$;
 

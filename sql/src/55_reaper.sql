@@ -6,16 +6,21 @@
 -- sees in ctx; wakes the queue's executors and its awaiters at commit.
 CREATE FUNCTION gd._resume_parked(instance gd._instances, resume_with jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    next gd._steps;
+    route record;
 BEGIN
+    SELECT * INTO next FROM gd._steps s
+     WHERE s.fsm = instance.fsm AND s.version = instance.version AND s.step = instance.wait_then_step;
+    route := gd._route(next.queue, coalesce(instance.home_queue, instance.queue));
     UPDATE gd._instances i
        SET status = 'runnable', step = instance.wait_then_step, attempt = 1, resume = resume_with,
            gated = gd._must_gate(instance.owner, instance.concurrency_key),
-           external = (SELECT s.handler IS NULL FROM gd._steps s
-                        WHERE s.fsm = i.fsm AND s.version = i.version AND s.step = instance.wait_then_step),
+           external = next.handler IS NULL AND next.step IS NOT NULL, queue = route.queue, home_queue = route.home_queue,
            wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,
            eligible_at = clock_timestamp(), updated_at = clock_timestamp()
      WHERE i.id = instance.id;
-    PERFORM gd._wake_on_commit(instance.queue);
+    PERFORM gd._wake_on_commit(route.queue);
     PERFORM gd._wake_awaiters_on_commit(instance.id);
 END $$;
 

@@ -57,7 +57,7 @@ CREATE TRIGGER external_work_inserted AFTER INSERT ON gd._instances
 CREATE TRIGGER external_work_updated AFTER UPDATE ON gd._instances
     FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external AND NOT NEW.gated
                        AND (OLD.status <> 'runnable' OR NOT OLD.external OR OLD.gated
-                            OR OLD.eligible_at <> NEW.eligible_at))
+                            OR OLD.eligible_at <> NEW.eligible_at OR OLD.queue <> NEW.queue))
     EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
 -- A resumed queue: its external work can be claimed again.
 CREATE TRIGGER external_queue_resumed AFTER UPDATE ON gd._queues

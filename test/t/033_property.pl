@@ -310,9 +310,11 @@ sub gen_call
 	}
 	elsif ($r < 0.865)
 	{
-		$kind = 'stale';    # a completion or heartbeat with a token that owns nothing: false
-		$sql = pick("SELECT gd_complete(prop.pick('live'), 1, gd_done())", "SELECT gd_heartbeat(prop.pick('any'), 2)",
-			"SELECT gd_release(prop.pick('any'), 3)");
+		# A completion or heartbeat with a token that owns nothing (tokens are
+		# positive): false.
+		$kind = 'stale';
+		$sql = pick("SELECT gd_complete(prop.pick('live'), -1, gd_done())", "SELECT gd_heartbeat(prop.pick('any'), -2)",
+			"SELECT gd_release(prop.pick('any'), -3)");
 	}
 	elsif ($r < 0.88)
 	{
