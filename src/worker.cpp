@@ -11,9 +11,10 @@
  * postmaster's death, seen between rounds and between steps.  In a deadlock
  * with a user's statement the worker's round is the victim.  SIGHUP reloads the
  * settings.  An error outside a step is logged, the round rolled back, and the
- * worker goes on after a pause.  A database without the extension is logged
- * once and re-checked every few seconds, or at once when CREATE EXTENSION
- * commits.
+ * worker goes on after a pause.  A database without the extension, or with
+ * the SQL of another version than this library's (installed, not yet
+ * updated), is logged once and re-checked every few seconds, or at once when
+ * CREATE or ALTER EXTENSION commits.
  */
 #include "executor.hpp"
 #include "guard.hpp"
@@ -50,6 +51,7 @@ char my_description[2 * NAMEDATALEN + 32];
 MemoryContext round_context = nullptr;
 bool extension_ready = false;
 bool reported_missing_extension = false;
+char reported_version[NAMEDATALEN]; /* the other version last reported, "" when none */
 
 /* One worker per database (its reaper) reports at LOG; the others would repeat it. */
 int report_level()
@@ -57,9 +59,41 @@ int report_level()
     return my_kind == WorkerKind::reaper ? LOG : DEBUG1;
 }
 
+/* The version of the extension's SQL in this database (in the round's memory), or nullptr without it. */
+const char *installed_version()
+{
+    if (get_extension_oid("gen_durable", true) == InvalidOid)
+        return nullptr;
+    if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'gen_durable'", true, 1) !=
+            SPI_OK_SELECT ||
+        SPI_processed != 1)
+        return nullptr;
+    return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+/* The SQL of another version than the library's: its functions are not this library's to run. */
+bool version_mismatch(const char *version)
+{
+    if (strcmp(version, GD_EXTENSION_VERSION) == 0) {
+        reported_version[0] = '\0';
+        return false;
+    }
+    if (strcmp(reported_version, version) != 0)
+        ereport(report_level(),
+                (errmsg("gen_durable: database \"%s\" has gen_durable %s, the loaded library is %s; %s waits",
+                        my_database, version, GD_EXTENSION_VERSION, my_description),
+                 errhint("After installing a new version, restart the server (to load its library), then run ALTER "
+                         "EXTENSION gen_durable UPDATE in each database.")));
+    strlcpy(reported_version, version, sizeof(reported_version));
+    return true;
+}
+
 bool check_extension()
 {
-    if (get_extension_oid("gen_durable", true) != InvalidOid) {
+    const char *version = installed_version();
+    if (version != nullptr) {
+        if (version_mismatch(version))
+            return false;
         if (reported_missing_extension)
             ereport(report_level(), (errmsg("gen_durable: extension found in database \"%s\"; %s serving", my_database,
                                             my_description)));

@@ -2,41 +2,41 @@
 -- Internals implemented in C++
 -- ---------------------------------------------------------------------------
 
-CREATE FUNCTION gd._wake_on_commit(queue text) RETURNS void
+CREATE OR REPLACE FUNCTION gd._wake_on_commit(queue text) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_on_commit';
-CREATE FUNCTION gd._wake_database_on_commit() RETURNS void
+CREATE OR REPLACE FUNCTION gd._wake_database_on_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_database_on_commit';
-CREATE FUNCTION gd._await_publish(id bigint) RETURNS void
+CREATE OR REPLACE FUNCTION gd._await_publish(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_await_publish';
-CREATE FUNCTION gd._await_sleep(milliseconds int) RETURNS void
+CREATE OR REPLACE FUNCTION gd._await_sleep(milliseconds int) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_await_sleep';
-CREATE FUNCTION gd._written_here(row_xmin xid) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._written_here(row_xmin xid) RETURNS boolean
     LANGUAGE c STRICT STABLE AS 'MODULE_PATHNAME', 'gd_written_here';
-CREATE FUNCTION gd._engine_loaded() RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._engine_loaded() RETURNS boolean
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_engine_loaded';
-CREATE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
+CREATE OR REPLACE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_awaiters_on_commit';
-CREATE FUNCTION gd._wake_reaper_on_commit() RETURNS void
+CREATE OR REPLACE FUNCTION gd._wake_reaper_on_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_reaper_on_commit';
 -- Runs steps in the calling session as an executor would (handlers as their
 -- FSM's owners): for superusers only, like every gd._* function.
-CREATE FUNCTION gd._execute(queue text, max int DEFAULT 1) RETURNS int
+CREATE OR REPLACE FUNCTION gd._execute(queue text, max int DEFAULT 1) RETURNS int
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_execute';
-CREATE FUNCTION gd._interrupt_step(instance bigint, terminate boolean) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._interrupt_step(instance bigint, terminate boolean) RETURNS boolean
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_interrupt_step';
-CREATE FUNCTION gd._definitions_changed() RETURNS trigger
+CREATE OR REPLACE FUNCTION gd._definitions_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_definitions_changed';
-CREATE FUNCTION gd._workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
+CREATE OR REPLACE FUNCTION gd._workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
                             OUT instance_id bigint, OUT since timestamptz)
     RETURNS SETOF record LANGUAGE c AS 'MODULE_PATHNAME', 'gd_workers';
 -- The queue names of gen_durable.queues (a setting every role may read).
-CREATE FUNCTION gd.configured_queues() RETURNS text[]
+CREATE OR REPLACE FUNCTION gd.configured_queues() RETURNS text[]
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_configured_queues';
 
 -- Executors cache definitions; any change to them invalidates the caches at commit.
-CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd._fsms
+CREATE OR REPLACE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd._fsms
     FOR EACH STATEMENT EXECUTE FUNCTION gd._definitions_changed();
-CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd._steps
+CREATE OR REPLACE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gd._steps
     FOR EACH STATEMENT EXECUTE FUNCTION gd._definitions_changed();
 
 -- ---------------------------------------------------------------------------
@@ -56,30 +56,30 @@ CREATE TRIGGER definitions_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE 
 -- grant only FSMs whose owner it is a member of.  Superusers may do all.
 
 -- The role that called the door being run.
-CREATE FUNCTION gd._caller() RETURNS oid
+CREATE OR REPLACE FUNCTION gd._caller() RETURNS oid
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_caller';
 
 -- May `caller` use the instances of this FSM?
-CREATE FUNCTION gd._may_use(caller oid, fsm_name text) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._may_use(caller oid, fsm_name text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (SELECT FROM gd._fsms f WHERE f.name = fsm_name AND pg_has_role(caller, f.owner, 'MEMBER'))
         OR EXISTS (SELECT FROM gd._grants g WHERE g.fsm = fsm_name AND pg_has_role(caller, g.role, 'MEMBER'))
 $$;
 
 -- May `caller` use this instance (of FSM fsm_name, owned by owner)?
-CREATE FUNCTION gd._may_use_instance(caller oid, owner oid, fsm_name text) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._may_use_instance(caller oid, owner oid, fsm_name text) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT pg_has_role(caller, owner, 'MEMBER')
         OR EXISTS (SELECT FROM gd._grants g WHERE g.fsm = fsm_name AND pg_has_role(caller, g.role, 'MEMBER'))
 $$;
 
 -- The owner of an FSM (of all its versions), or NULL for a new name.
-CREATE FUNCTION gd._fsm_owner(fsm_name text) RETURNS oid
+CREATE OR REPLACE FUNCTION gd._fsm_owner(fsm_name text) RETURNS oid
 LANGUAGE sql STABLE AS $$
     SELECT f.owner FROM gd._fsms f WHERE f.name = fsm_name LIMIT 1
 $$;
 
-CREATE FUNCTION gd._check_may_use(caller oid, fsm_name text) RETURNS void
+CREATE OR REPLACE FUNCTION gd._check_may_use(caller oid, fsm_name text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF NOT gd._may_use(caller, fsm_name) THEN
@@ -90,7 +90,7 @@ BEGIN
 END $$;
 
 -- The caller may define and grant this FSM: it is a member of its owner (any role, for a new name).
-CREATE FUNCTION gd._check_owns(caller oid, fsm_name text) RETURNS void
+CREATE OR REPLACE FUNCTION gd._check_owns(caller oid, fsm_name text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     owner oid := gd._fsm_owner(fsm_name);
@@ -105,12 +105,12 @@ END $$;
 -- Shared helpers of the SQL API
 -- ---------------------------------------------------------------------------
 
-CREATE FUNCTION gd._live_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE
+CREATE OR REPLACE FUNCTION gd._live_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE
     AS $$ SELECT '{runnable,executing,awaiting_signal,awaiting_children}'::text[] $$;
-CREATE FUNCTION gd._terminal_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE
+CREATE OR REPLACE FUNCTION gd._terminal_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE
     AS $$ SELECT '{done,failed,cancelled}'::text[] $$;
 
-CREATE FUNCTION gd._bad_argument(message text, detail text DEFAULT NULL) RETURNS void
+CREATE OR REPLACE FUNCTION gd._bad_argument(message text, detail text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
@@ -119,7 +119,7 @@ END $$;
 
 -- Delays, timeouts and leases: not negative, and at most 100 years (longer
 -- would overflow timestamps; it means "never" anyway).
-CREATE FUNCTION gd._check_interval(value interval, what text) RETURNS interval
+CREATE OR REPLACE FUNCTION gd._check_interval(value interval, what text) RETURNS interval
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF value < interval '0' THEN
@@ -132,7 +132,7 @@ BEGIN
 END $$;
 
 -- Names, keys and labels: short enough to index (and to quote in a message).
-CREATE FUNCTION gd._check_length(value text, what text, max_bytes int DEFAULT 1000) RETURNS text
+CREATE OR REPLACE FUNCTION gd._check_length(value text, what text, max_bytes int DEFAULT 1000) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF octet_length(value) > max_bytes THEN
@@ -145,13 +145,13 @@ END $$;
 -- Where an instance runs a step: on the step's own queue, else on its home
 -- queue (that of its other steps: its FSM's, or its insert's); home_queue is
 -- the queue to come back to, while away from it.
-CREATE FUNCTION gd._route(step_queue text, home text, OUT queue text, OUT home_queue text)
+CREATE OR REPLACE FUNCTION gd._route(step_queue text, home text, OUT queue text, OUT home_queue text)
 LANGUAGE sql IMMUTABLE AS $$
     SELECT coalesce(step_queue, home), CASE WHEN step_queue <> home THEN home END
 $$;
 
 -- A queue a definition names (of_what: whose queue, for the message).
-CREATE FUNCTION gd._check_queue_name(queue text, of_what text) RETURNS void
+CREATE OR REPLACE FUNCTION gd._check_queue_name(queue text, of_what text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF queue IS NULL OR queue = '' OR octet_length(queue) > 63 THEN
@@ -160,7 +160,7 @@ BEGIN
 END $$;
 
 -- The newest version of an FSM, or 42704.
-CREATE FUNCTION gd._newest_fsm(fsm_name text) RETURNS gd._fsms
+CREATE OR REPLACE FUNCTION gd._newest_fsm(fsm_name text) RETURNS gd._fsms
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     newest gd._fsms;
@@ -175,7 +175,7 @@ END $$;
 
 -- The version new instances take: the newest whose initial step is defined
 -- (a version being defined takes none yet), or 42704.
-CREATE FUNCTION gd._ready_fsm(fsm_name text) RETURNS gd._fsms
+CREATE OR REPLACE FUNCTION gd._ready_fsm(fsm_name text) RETURNS gd._fsms
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     ready gd._fsms;
@@ -194,7 +194,7 @@ BEGIN
     RETURN ready;
 END $$;
 
-CREATE FUNCTION gd._step(fsm_name text, fsm_version int, step_name text) RETURNS gd._steps
+CREATE OR REPLACE FUNCTION gd._step(fsm_name text, fsm_version int, step_name text) RETURNS gd._steps
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     definition gd._steps;
@@ -209,7 +209,7 @@ BEGIN
 END $$;
 
 -- A queue the engine knows: registered, or listed in gen_durable.queues (registered now).
-CREATE FUNCTION gd._known_queue(queue_name text) RETURNS text
+CREATE OR REPLACE FUNCTION gd._known_queue(queue_name text) RETURNS text
 LANGUAGE plpgsql AS $$
 BEGIN
     IF queue_name IS NULL THEN
@@ -229,7 +229,7 @@ END $$;
 
 -- An integer option of an options object (an insert entry, a step's options), or
 -- its default.
-CREATE FUNCTION gd._entry_int(entry jsonb, option text, default_value int) RETURNS int
+CREATE OR REPLACE FUNCTION gd._entry_int(entry jsonb, option text, default_value int) RETURNS int
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF NOT entry ? option THEN
@@ -244,7 +244,7 @@ END $$;
 
 -- A string option of an options object as a timestamptz or interval (the type
 -- of `kind`), or NULL when absent; anything else is a bad argument.
-CREATE FUNCTION gd._entry_cast(entry jsonb, option text, kind anyelement) RETURNS anyelement
+CREATE OR REPLACE FUNCTION gd._entry_cast(entry jsonb, option text, kind anyelement) RETURNS anyelement
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     cast_value kind%TYPE;

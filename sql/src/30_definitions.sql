@@ -5,7 +5,7 @@
 -- steps: the version's steps in the same call, an object of step names to
 -- gd_define_step's options ({"reserve": {"handler": "shop.reserve(jsonb, gd.context)",
 -- "max_attempts": 5}, "charge": {}}: a step without a handler is external).
-CREATE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
+CREATE OR REPLACE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
                                           version int DEFAULT 1, state_defaults jsonb DEFAULT '{}',
                                           steps jsonb DEFAULT NULL)
 RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
@@ -14,7 +14,7 @@ RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 -- owner, and only its members may define them.  A version defined again as
 -- it is changes nothing; differently, only while it has no instances (they
 -- would move, to another queue say): define a new version instead.
-CREATE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb, steps jsonb)
+CREATE OR REPLACE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb, steps jsonb)
 RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -81,7 +81,7 @@ BEGIN
 END $$;
 
 -- One step of gd_define_fsm's steps: its options as gd_define_step's arguments.
-CREATE FUNCTION gd._define_one_step(caller oid, fsm_name text, fsm_version int, step_name text, options jsonb)
+CREATE OR REPLACE FUNCTION gd._define_one_step(caller oid, fsm_name text, fsm_version int, step_name text, options jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     unknown text;
@@ -114,14 +114,14 @@ BEGIN
                                options->>'queue');
 END $$;
 
-CREATE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,
+CREATE OR REPLACE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,
                                            max_attempts int DEFAULT 3, backoff interval DEFAULT '1s',
                                            max_backoff interval DEFAULT '5m', timeout interval DEFAULT NULL,
                                            version int DEFAULT NULL, rate_limit text DEFAULT NULL,
                                            queue text DEFAULT NULL)
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._define_step_as(caller oid, fsm text, step text, handler regprocedure, max_attempts int,
+CREATE OR REPLACE FUNCTION gd._define_step_as(caller oid, fsm text, step text, handler regprocedure, max_attempts int,
                                    backoff interval, max_backoff interval, timeout interval, version int,
                                    rate_limit text, queue text)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -189,7 +189,7 @@ BEGIN
     END IF;
 END $$;
 
-CREATE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
+CREATE OR REPLACE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
                                 max_backoff interval, timeout interval, version int, rate_limit text, queue text)
 RETURNS void LANGUAGE sql AS $$
     SELECT gd._define_step_as(gd._caller(), fsm, step, handler, max_attempts, backoff, max_backoff, timeout, version,
@@ -200,7 +200,7 @@ $$;
 -- gd.outcome (no set, aggregate, window function or procedure) that the
 -- FSM's owner may execute.  The executors check it again before every call
 -- (src/handler_call.cpp).
-CREATE FUNCTION gd._check_handler(handler regprocedure, step text, owner oid) RETURNS void
+CREATE OR REPLACE FUNCTION gd._check_handler(handler regprocedure, step text, owner oid) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     proc pg_proc;
@@ -238,8 +238,8 @@ END $$;
 -- event trigger, through a door so it may read the steps whoever drops).  A
 -- drop of something it belongs to (DROP SCHEMA ... CASCADE, DROP OWNED) takes
 -- it along; the step's instances then fail at once (src/handler_call.cpp).
-CREATE FUNCTION gd.refuse_handler_drop() RETURNS event_trigger LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-CREATE FUNCTION gd._refuse_handler_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION gd.refuse_handler_drop() RETURNS event_trigger LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE OR REPLACE FUNCTION gd._refuse_handler_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$
 DECLARE
     named record;
 BEGIN
@@ -254,6 +254,7 @@ BEGIN
             HINT = 'Define the step with another handler first (gd_define_step).';
     END IF;
 END $$;
+DROP EVENT TRIGGER IF EXISTS gd_refuse_handler_drop;   -- (an update defines it again)
 CREATE EVENT TRIGGER gd_refuse_handler_drop ON sql_drop EXECUTE FUNCTION gd.refuse_handler_drop();
 
 -- ---------------------------------------------------------------------------
@@ -261,23 +262,23 @@ CREATE EVENT TRIGGER gd_refuse_handler_drop ON sql_drop EXECUTE FUNCTION gd.refu
 -- gd_wait_signal and gd_spawn check their arguments in src/outcomes.cpp
 -- ---------------------------------------------------------------------------
 
-CREATE FUNCTION @extschema@.gd_next(step text, state jsonb DEFAULT NULL, delay interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @extschema@.gd_next(step text, state jsonb DEFAULT NULL, delay interval DEFAULT NULL)
 RETURNS gd.outcome LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_next';
 
-CREATE FUNCTION @extschema@.gd_retry(error jsonb, backoff interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @extschema@.gd_retry(error jsonb, backoff interval DEFAULT NULL)
 RETURNS gd.outcome LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_retry_outcome';
 
-CREATE FUNCTION @extschema@.gd_wait_signal(names text[], timeout interval DEFAULT NULL, then_step text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION @extschema@.gd_wait_signal(names text[], timeout interval DEFAULT NULL, then_step text DEFAULT NULL,
                                            state jsonb DEFAULT NULL)
 RETURNS gd.outcome LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_wait_signal';
 
-CREATE FUNCTION @extschema@.gd_spawn(children jsonb, then_step text, state jsonb DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @extschema@.gd_spawn(children jsonb, then_step text, state jsonb DEFAULT NULL)
 RETURNS gd.outcome LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_spawn';
 
-CREATE FUNCTION @extschema@.gd_done(result jsonb DEFAULT '{}')
+CREATE OR REPLACE FUNCTION @extschema@.gd_done(result jsonb DEFAULT '{}')
 RETURNS gd.outcome LANGUAGE sql IMMUTABLE
 AS $$ SELECT ROW('done', NULL, NULL, NULL, NULL, NULL, coalesce(result, '{}'), NULL, NULL, NULL)::gd.outcome $$;
 
-CREATE FUNCTION @extschema@.gd_stop(error jsonb)
+CREATE OR REPLACE FUNCTION @extschema@.gd_stop(error jsonb)
 RETURNS gd.outcome LANGUAGE sql IMMUTABLE
 AS $$ SELECT ROW('stop', NULL, NULL, NULL, coalesce(error, '{}'), NULL, NULL, NULL, NULL, NULL)::gd.outcome $$;

@@ -5,7 +5,7 @@
 -- The one insert path behind gd_insert, gd_insert_all and gd_spawn, with
 -- the rights of `caller`.  Returns the new id, or for a duplicate
 -- correlation key what on_duplicate says.
-CREATE FUNCTION gd._insert_instance(caller oid, fsm text, state jsonb, step text, queue text, priority int,
+CREATE OR REPLACE FUNCTION gd._insert_instance(caller oid, fsm text, state jsonb, step text, queue text, priority int,
                                     concurrency_key text, correlation_key text, correlation_scope text[],
                                     rate_limit text, weight int, eligible_at timestamptz,
                                     schedule_in interval, on_duplicate text, parent_id bigint DEFAULT NULL)
@@ -124,7 +124,7 @@ BEGIN
         DETAIL = format('Instance %s holds it.', occupant.id);
 END $$;
 
-CREATE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '{}', step text DEFAULT NULL,
+CREATE OR REPLACE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '{}', step text DEFAULT NULL,
                                       queue text DEFAULT NULL, priority int DEFAULT 0,
                                       concurrency_key text DEFAULT NULL, correlation_key text DEFAULT NULL,
                                       correlation_scope text[] DEFAULT NULL, rate_limit text DEFAULT NULL,
@@ -132,7 +132,7 @@ CREATE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '{}', step t
                                       schedule_in interval DEFAULT NULL, on_duplicate text DEFAULT 'error')
 RETURNS bigint LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._insert(fsm text, state jsonb, step text, queue text, priority int, concurrency_key text,
+CREATE OR REPLACE FUNCTION gd._insert(fsm text, state jsonb, step text, queue text, priority int, concurrency_key text,
                            correlation_key text, correlation_scope text[], rate_limit text, weight int,
                            eligible_at timestamptz, schedule_in interval, on_duplicate text)
 RETURNS bigint LANGUAGE sql
@@ -140,7 +140,7 @@ AS $$ SELECT gd._insert_instance(gd._caller(), fsm, state, step, queue, priority
                                  correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate) $$;
 
 -- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert_instance.
-CREATE FUNCTION gd._insert_entry(caller oid, default_fsm text, entry jsonb, on_duplicate text,
+CREATE OR REPLACE FUNCTION gd._insert_entry(caller oid, default_fsm text, entry jsonb, on_duplicate text,
                                  parent_id bigint DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -177,7 +177,7 @@ END $$;
 -- The FSM of entries that need nothing but an insert each (objects with at
 -- most an fsm, one for all, and a state object), or NULL: those go through
 -- gd._insert_plain, the others one by one through gd._insert_entry.
-CREATE FUNCTION gd._plain_entries_fsm(entries jsonb, default_fsm text) RETURNS text
+CREATE OR REPLACE FUNCTION gd._plain_entries_fsm(entries jsonb, default_fsm text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN bool_and(jsonb_typeof(e) = 'object' AND e - 'fsm' - 'state' = '{}'
                               AND jsonb_typeof(coalesce(e->'state', '{}')) = 'object'
@@ -189,7 +189,7 @@ $$;
 
 -- Insert plain entries (see above) of one FSM in one statement: what
 -- gd._insert_instance does for each, with the look-ups and checks done once.
-CREATE FUNCTION gd._insert_plain(caller oid, fsm text, entries jsonb, parent_id bigint) RETURNS SETOF bigint
+CREATE OR REPLACE FUNCTION gd._insert_plain(caller oid, fsm text, entries jsonb, parent_id bigint) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -216,10 +216,10 @@ BEGIN
     RETURN QUERY SELECT unnest(inserted);
 END $$;
 
-CREATE FUNCTION @extschema@.gd_insert_all(fsm text, entries jsonb)
+CREATE OR REPLACE FUNCTION @extschema@.gd_insert_all(fsm text, entries jsonb)
 RETURNS SETOF bigint LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._insert_all(fsm text, entries jsonb) RETURNS SETOF bigint
+CREATE OR REPLACE FUNCTION gd._insert_all(fsm text, entries jsonb) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     caller oid := gd._caller();

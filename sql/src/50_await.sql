@@ -2,13 +2,13 @@
 -- Awaiting an instance
 -- ---------------------------------------------------------------------------
 
-CREATE FUNCTION @extschema@.gd_await(id bigint, timeout interval DEFAULT '5s', until text DEFAULT 'settled')
+CREATE OR REPLACE FUNCTION @extschema@.gd_await(id bigint, timeout interval DEFAULT '5s', until text DEFAULT 'settled')
 RETURNS TABLE (status text, step text, attempt int, result jsonb, error jsonb)
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 -- An instance the caller may not use is not_found at once: nothing, not even
 -- when it changes, tells the caller it exists.
-CREATE FUNCTION gd._await(id bigint, timeout interval, until text)
+CREATE OR REPLACE FUNCTION gd._await(id bigint, timeout interval, until text)
 RETURNS TABLE (status text, step text, attempt int, result jsonb, error jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE

@@ -4,7 +4,7 @@
 
 -- Make a parked instance runnable at its then_step, with what its next step
 -- sees in ctx; wakes the queue's executors and its awaiters at commit.
-CREATE FUNCTION gd._resume_parked(instance gd._instances, resume_with jsonb) RETURNS void
+CREATE OR REPLACE FUNCTION gd._resume_parked(instance gd._instances, resume_with jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     next gd._steps;
@@ -25,7 +25,7 @@ BEGIN
 END $$;
 
 -- Waits whose deadline passed resume with ctx.timed_out.  Returns how many.
-CREATE FUNCTION gd._expire_waits(batch int DEFAULT 500) RETURNS int
+CREATE OR REPLACE FUNCTION gd._expire_waits(batch int DEFAULT 500) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     expired gd._instances;
@@ -46,7 +46,7 @@ END $$;
 -- Parents (all of them, or those given) whose children have all ended resume
 -- with ctx.children.  The check reads committed rows, so the reaper, woken
 -- after the last child's commit, always sees every child ended.
-CREATE FUNCTION gd._resume_parents(only_these bigint[] DEFAULT NULL) RETURNS int
+CREATE OR REPLACE FUNCTION gd._resume_parents(only_these bigint[] DEFAULT NULL) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     parent gd._instances;
@@ -70,7 +70,7 @@ BEGIN
 END $$;
 
 -- One reaper round: returns when the next round is due (NULL: nothing scheduled).
-CREATE FUNCTION gd._reap() RETURNS timestamptz
+CREATE OR REPLACE FUNCTION gd._reap() RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 BEGIN
     IF gd._expire_waits() > 0 THEN

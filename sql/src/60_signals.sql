@@ -5,7 +5,7 @@
 -- A parked instance consumes the pending signals it waits for and resumes.
 -- The caller holds the instance's row lock (the step that parked it, or
 -- gd_signal), so no signal can slip between the check and the park.
-CREATE FUNCTION gd._wake_if_signalled(instance_id bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._wake_if_signalled(instance_id bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     parked gd._instances;
@@ -31,10 +31,10 @@ END $$;
 
 -- missing_ok: a target that is not (or no longer) a live instance returns
 -- NULL instead of raising P0002 (a webhook delivered again after the end).
-CREATE FUNCTION @extschema@.gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
+CREATE OR REPLACE FUNCTION @extschema@.gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
                                       dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-CREATE FUNCTION @extschema@.gd_signal(target text, name text, payload jsonb DEFAULT '{}',
+CREATE OR REPLACE FUNCTION @extschema@.gd_signal(target text, name text, payload jsonb DEFAULT '{}',
                                       dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
@@ -42,7 +42,7 @@ RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 -- instance it may not use is "not live" at once: the row is looked at
 -- before it is locked, so another tenant's running step never holds the
 -- caller back (which would tell it the instance exists).
-CREATE FUNCTION gd._deliver_signal(caller oid, target bigint, signal_name text, signal_payload jsonb,
+CREATE OR REPLACE FUNCTION gd._deliver_signal(caller oid, target bigint, signal_name text, signal_payload jsonb,
                                    signal_dedup_key text, missing_ok boolean)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_column
@@ -88,13 +88,13 @@ BEGIN
     RETURN true;
 END $$;
 
-CREATE FUNCTION gd._signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean)
+CREATE OR REPLACE FUNCTION gd._signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean)
 RETURNS boolean
 LANGUAGE sql AS $$ SELECT gd._deliver_signal(gd._caller(), target, name, payload, dedup_key, missing_ok) $$;
 
 -- Signal by correlation key: the instance holding the key in its scope, in
 -- the key spaces of the owners whose instances the caller may use.
-CREATE FUNCTION gd._signal(target text, name text, payload jsonb, dedup_key text, missing_ok boolean)
+CREATE OR REPLACE FUNCTION gd._signal(target text, name text, payload jsonb, dedup_key text, missing_ok boolean)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_variable
 DECLARE
@@ -125,7 +125,7 @@ END $$;
 -- under the parent about to park, with the rights of `caller`, who produced
 -- the outcome (the FSM's owner for an in-database step, the completing
 -- worker's role for an external one); returns how many.
-CREATE FUNCTION gd._spawn_children(caller oid, parent_id bigint, children jsonb) RETURNS int
+CREATE OR REPLACE FUNCTION gd._spawn_children(caller oid, parent_id bigint, children jsonb) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     child jsonb;
@@ -152,10 +152,10 @@ BEGIN
 END $$;
 
 -- Cancel a live instance the caller may use, and its live descendants.
-CREATE FUNCTION @extschema@.gd_cancel(id bigint, reason text DEFAULT NULL) RETURNS boolean
+CREATE OR REPLACE FUNCTION @extschema@.gd_cancel(id bigint, reason text DEFAULT NULL) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._cancel(id bigint, reason text) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._cancel(id bigint, reason text) RETURNS boolean
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
     caller oid := gd._caller();
@@ -227,10 +227,10 @@ BEGIN
 END $$;
 
 -- A failed instance the caller may use runs again at the step that failed, attempts reset.
-CREATE FUNCTION @extschema@.gd_retry(id bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION @extschema@.gd_retry(id bigint) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._retry(id bigint) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._retry(id bigint) RETURNS boolean
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     caller oid := gd._caller();
@@ -254,12 +254,12 @@ EXCEPTION WHEN unique_violation THEN
 END $$;
 
 -- Stop (or restart) picking steps of a queue; steps in flight finish. True if it changed.
-CREATE FUNCTION @extschema@.gd_pause(queue text) RETURNS boolean
+CREATE OR REPLACE FUNCTION @extschema@.gd_pause(queue text) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-CREATE FUNCTION @extschema@.gd_resume(queue text) RETURNS boolean
+CREATE OR REPLACE FUNCTION @extschema@.gd_resume(queue text) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._set_paused(queue_name text, pause boolean) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._set_paused(queue_name text, pause boolean) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM gd._known_queue(queue_name);
@@ -269,7 +269,7 @@ BEGIN
     END IF;
     RETURN FOUND;
 END $$;
-CREATE FUNCTION gd._pause(queue text) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._pause(queue text) RETURNS boolean
 LANGUAGE sql AS $$ SELECT gd._set_paused(queue, true) $$;
-CREATE FUNCTION gd._resume(queue text) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._resume(queue text) RETURNS boolean
 LANGUAGE sql AS $$ SELECT gd._set_paused(queue, false) $$;

@@ -14,27 +14,27 @@
 -- is exact; the state is the rows themselves, so a crash or an expired
 -- lease cannot leave a slot taken.
 
-CREATE TABLE gd._concurrency_limits (
+CREATE TABLE IF NOT EXISTS gd._concurrency_limits (
     name   text PRIMARY KEY,
     max    int NOT NULL CHECK (max > 0),
     shared boolean NOT NULL DEFAULT false   -- counted across owners, not per owner
 );
 
 -- Rows holding or waiting for a key.
-CREATE INDEX instances_key_running ON gd._instances (concurrency_key, owner)
+CREATE INDEX IF NOT EXISTS instances_key_running ON gd._instances (concurrency_key, owner)
     WHERE concurrency_key IS NOT NULL AND NOT gated AND status IN ('runnable', 'executing');
-CREATE INDEX instances_key_gated ON gd._instances (concurrency_key, owner, priority, eligible_at, id)
+CREATE INDEX IF NOT EXISTS instances_key_gated ON gd._instances (concurrency_key, owner, priority, eligible_at, id)
     WHERE gated AND status = 'runnable';
 
 -- The limit of a key: its name's, or 1 per owner when the name has none.
-CREATE FUNCTION gd._key_limit(key text) RETURNS gd._concurrency_limits
+CREATE OR REPLACE FUNCTION gd._key_limit(key text) RETURNS gd._concurrency_limits
 LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT l FROM gd._concurrency_limits l WHERE l.name = split_part(key, ':', 1)),
                     ROW(split_part(key, ':', 1), 1, false)::gd._concurrency_limits)
 $$;
 
 -- How many instances hold the key and are running: of key_owner, or of every owner when shared.
-CREATE FUNCTION gd._key_running(key_owner oid, key text, shared boolean) RETURNS int
+CREATE OR REPLACE FUNCTION gd._key_running(key_owner oid, key text, shared boolean) RETURNS int
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF shared THEN
@@ -48,7 +48,7 @@ END $$;
 
 -- Serialise admission and release under one key, in one owner's key space
 -- (or in all of them for a shared limit), until the transaction ends.
-CREATE FUNCTION gd._lock_key(key_owner oid, key text, shared boolean) RETURNS void
+CREATE OR REPLACE FUNCTION gd._lock_key(key_owner oid, key text, shared boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     lock_id bigint := hashtextextended('gen_durable concurrency key '
@@ -61,7 +61,7 @@ BEGIN
 END $$;
 
 -- How many more instances of key_owner may run under the key now (locks the key).
-CREATE FUNCTION gd._key_room(key_owner oid, key text) RETURNS int
+CREATE OR REPLACE FUNCTION gd._key_room(key_owner oid, key text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     policy gd._concurrency_limits := gd._key_limit(key);
@@ -71,7 +71,7 @@ BEGIN
 END $$;
 
 -- Should an instance of key_owner about to run under this key wait its turn?  Counts it.
-CREATE FUNCTION gd._must_gate(key_owner oid, key text) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._must_gate(key_owner oid, key text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     IF key IS NULL OR gd._key_room(key_owner, key) > 0 THEN
@@ -84,7 +84,7 @@ END $$;
 -- The best waiting instances under a key, as many as `room`: key_owner's,
 -- or for a shared limit every owner's (each owner's best, one index descent
 -- for each owner waiting, then the best of those).
-CREATE FUNCTION gd._gated_best(key_owner oid, key text, shared boolean, room int) RETURNS SETOF bigint
+CREATE OR REPLACE FUNCTION gd._gated_best(key_owner oid, key text, shared boolean, room int) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT shared THEN
@@ -113,7 +113,7 @@ END $$;
 
 -- Let the best waiting instances under key_owner's key run, as far as there
 -- is room.  Returns how many.
-CREATE FUNCTION gd._ungate(key_owner oid, key text) RETURNS int
+CREATE OR REPLACE FUNCTION gd._ungate(key_owner oid, key text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     room int := gd._key_room(key_owner, key);
@@ -136,7 +136,7 @@ END $$;
 
 -- The reaper's repair: keys with waiting instances and room (only hand edits
 -- of gd._instances should leave any).  Counted as concurrency_repaired.
-CREATE FUNCTION gd._repair_keys() RETURNS int
+CREATE OR REPLACE FUNCTION gd._repair_keys() RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     repaired int := 0;
@@ -149,7 +149,7 @@ BEGIN
     RETURN repaired;
 END $$;
 
-CREATE FUNCTION gd._check_limit_name(name text) RETURNS text
+CREATE OR REPLACE FUNCTION gd._check_limit_name(name text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF name IS NULL OR name = '' OR position(':' IN name) > 0 OR octet_length(name) > 63 THEN
@@ -159,10 +159,10 @@ BEGIN
     RETURN name;
 END $$;
 
-CREATE FUNCTION @extschema@.gd_set_concurrency_limit(name text, max int, shared boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION @extschema@.gd_set_concurrency_limit(name text, max int, shared boolean DEFAULT false)
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._set_concurrency_limit(name text, max int, shared boolean) RETURNS void
+CREATE OR REPLACE FUNCTION gd._set_concurrency_limit(name text, max int, shared boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
@@ -184,10 +184,10 @@ BEGIN
 END $$;
 
 -- Back to the default of 1 per owner.
-CREATE FUNCTION @extschema@.gd_drop_concurrency_limit(name text) RETURNS boolean
+CREATE OR REPLACE FUNCTION @extschema@.gd_drop_concurrency_limit(name text) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._drop_concurrency_limit(name text) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._drop_concurrency_limit(name text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
@@ -210,7 +210,7 @@ END $$;
 -- gd_set_rate_limit for a shared limit), so pickers normally only update
 -- them.
 
-CREATE TABLE gd._rate_limits (
+CREATE TABLE IF NOT EXISTS gd._rate_limits (
     name   text PRIMARY KEY,
     rate   int NOT NULL CHECK (rate > 0),
     per    interval NOT NULL CHECK (per > '0'),
@@ -218,19 +218,19 @@ CREATE TABLE gd._rate_limits (
     shared boolean NOT NULL DEFAULT false   -- one bucket per key for all owners, not one per owner
 );
 
-CREATE TABLE gd._rate_buckets (
-    scope          regrole NOT NULL, -- the owner whose steps take from it; 0 ('-') for a shared limit
+CREATE TABLE IF NOT EXISTS gd._rate_buckets (
     key            text NOT NULL,
     tokens         float8 NOT NULL,
     refilled_at    timestamptz NOT NULL,
     -- Throttled steps are given turns one after another up to here, so a
     -- backlog is not re-picked and pushed back again and again.
     reserved_until timestamptz,
+    scope          regrole NOT NULL, -- the owner whose steps take from it; 0 ('-') for a shared limit
     PRIMARY KEY (scope, key)
 );
 
 -- The policy of a rate limit key, or 42704.
-CREATE FUNCTION gd._rate_policy(key text) RETURNS gd._rate_limits
+CREATE OR REPLACE FUNCTION gd._rate_policy(key text) RETURNS gd._rate_limits
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     policy gd._rate_limits;
@@ -245,18 +245,18 @@ BEGIN
 END $$;
 
 -- The bucket scope of an owner's steps under a limit.
-CREATE FUNCTION gd._bucket_scope(bucket_owner oid, policy gd._rate_limits) RETURNS regrole
+CREATE OR REPLACE FUNCTION gd._bucket_scope(bucket_owner oid, policy gd._rate_limits) RETURNS regrole
 LANGUAGE sql IMMUTABLE AS $$ SELECT (CASE WHEN policy.shared THEN 0 ELSE bucket_owner END)::regrole $$;
 
 -- A bucket for the key full at `at`, unless it exists.
-CREATE FUNCTION gd._mint_bucket(scope regrole, key text, burst int, at timestamptz DEFAULT clock_timestamp())
+CREATE OR REPLACE FUNCTION gd._mint_bucket(scope regrole, key text, burst int, at timestamptz DEFAULT clock_timestamp())
 RETURNS void LANGUAGE sql AS $$
     INSERT INTO gd._rate_buckets (scope, key, tokens, refilled_at) VALUES (scope, key, burst, at)
     ON CONFLICT DO NOTHING
 $$;
 
 -- Validate an insert's rate limit and weight, and make its owner's bucket.
-CREATE FUNCTION gd._check_rate_limit(bucket_owner oid, key text, weight int) RETURNS void
+CREATE OR REPLACE FUNCTION gd._check_rate_limit(bucket_owner oid, key text, weight int) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     policy gd._rate_limits;
@@ -277,7 +277,7 @@ END $$;
 
 -- How long `tokens` take to refill under a policy; at most 100 years (a
 -- longer wait means never, and its timestamp would overflow).
-CREATE FUNCTION gd._rate_wait(tokens float8, policy gd._rate_limits) RETURNS interval
+CREATE OR REPLACE FUNCTION gd._rate_wait(tokens float8, policy gd._rate_limits) RETURNS interval
 LANGUAGE sql IMMUTABLE AS $$
     SELECT make_interval(secs => least(tokens * extract(epoch FROM policy.per) / policy.rate, 3155760000))
 $$;
@@ -288,7 +288,7 @@ $$;
 -- back until the tokens will be there), 'contended' (another picker holds
 -- a bucket: try again next round) or 'undefined:NAME' (the limit was
 -- dropped: pushed back a minute at a time).
-CREATE FUNCTION gd._admit_rate(instance_id bigint, bucket_owner oid, keys text[], weight int) RETURNS text
+CREATE OR REPLACE FUNCTION gd._admit_rate(instance_id bigint, bucket_owner oid, keys text[], weight int) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     bucket_key text;
@@ -351,11 +351,11 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE FUNCTION @extschema@.gd_set_rate_limit(name text, rate int, per interval, burst int DEFAULT NULL,
+CREATE OR REPLACE FUNCTION @extschema@.gd_set_rate_limit(name text, rate int, per interval, burst int DEFAULT NULL,
                                               shared boolean DEFAULT false)
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._set_rate_limit(name text, rate int, per interval, burst int, shared boolean) RETURNS void
+CREATE OR REPLACE FUNCTION gd._set_rate_limit(name text, rate int, per interval, burst int, shared boolean) RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
@@ -383,10 +383,10 @@ BEGIN
 END $$;
 
 -- Instances still naming it wait (counted, and logged once by each executor).
-CREATE FUNCTION @extschema@.gd_drop_rate_limit(name text) RETURNS boolean
+CREATE OR REPLACE FUNCTION @extschema@.gd_drop_rate_limit(name text) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._drop_rate_limit(name text) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._drop_rate_limit(name text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN

@@ -16,10 +16,10 @@
 -- through NOTIFY.
 
 -- Each claim's lease token: a token names one claim, never reused.
-CREATE SEQUENCE gd._lease_tokens;
+CREATE SEQUENCE IF NOT EXISTS gd._lease_tokens;
 
 -- gd_claim's pick: runnable external steps of a queue, best first.
-CREATE INDEX instances_claim ON gd._instances (queue, priority, eligible_at, id)
+CREATE INDEX IF NOT EXISTS instances_claim ON gd._instances (queue, priority, eligible_at, id)
     WHERE status = 'runnable' AND external AND NOT gated;
 -- The reaper: leases soonest to expire, and external work soonest to come
 -- due.  Only work scheduled past its last change is the reaper's to announce
@@ -27,40 +27,40 @@ CREATE INDEX instances_claim ON gd._instances (queue, priority, eligible_at, id)
 -- claim, which does not ask for that, cannot be planned on this index (from
 -- an empty table's statistics the planner read a claim's whole backlog
 -- through it, and sorted it).
-CREATE INDEX instances_lease ON gd._instances (lease_expires_at) WHERE status = 'executing';
-CREATE INDEX instances_external_due ON gd._instances (eligible_at)
+CREATE INDEX IF NOT EXISTS instances_lease ON gd._instances (lease_expires_at) WHERE status = 'executing';
+CREATE INDEX IF NOT EXISTS instances_external_due ON gd._instances (eligible_at)
     WHERE status = 'runnable' AND external AND eligible_at > updated_at;
 
 -- Up to when the reaper has announced scheduled external work (one row).
-CREATE TABLE gd._external_due_announced (until timestamptz NOT NULL);
-CREATE UNIQUE INDEX external_due_announced_one_row ON gd._external_due_announced ((true));
-INSERT INTO gd._external_due_announced VALUES ('-infinity');
+CREATE TABLE IF NOT EXISTS gd._external_due_announced (until timestamptz NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS external_due_announced_one_row ON gd._external_due_announced ((true));
+INSERT INTO gd._external_due_announced VALUES ('-infinity') ON CONFLICT DO NOTHING;
 
 -- ---------------------------------------------------------------------------
 -- NOTIFY gd_work at commit (implemented in C++: src/notify.cpp)
 -- ---------------------------------------------------------------------------
 
 -- NOTIFY gd_work, queue when the transaction commits (once per queue).
-CREATE FUNCTION gd._notify_work_on_commit(queue text) RETURNS void
+CREATE OR REPLACE FUNCTION gd._notify_work_on_commit(queue text) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_notify_work_on_commit';
 -- Row trigger, arguments (queue column [, eligible_at column]): the row is
 -- runnable external work of that queue, announced at commit if it is eligible
 -- by then (always, without an eligible_at column), else by the reaper.
-CREATE FUNCTION gd._external_work_changed() RETURNS trigger
+CREATE OR REPLACE FUNCTION gd._external_work_changed() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_external_work_changed';
 
 -- (Work waiting for room under its concurrency key is not claimable: it is
 -- announced when admitted.)
-CREATE TRIGGER external_work_inserted AFTER INSERT ON gd._instances
+CREATE OR REPLACE TRIGGER external_work_inserted AFTER INSERT ON gd._instances
     FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external AND NOT NEW.gated)
     EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
-CREATE TRIGGER external_work_updated AFTER UPDATE ON gd._instances
+CREATE OR REPLACE TRIGGER external_work_updated AFTER UPDATE ON gd._instances
     FOR EACH ROW WHEN (NEW.status = 'runnable' AND NEW.external AND NOT NEW.gated
                        AND (OLD.status <> 'runnable' OR NOT OLD.external OR OLD.gated
                             OR OLD.eligible_at <> NEW.eligible_at OR OLD.queue <> NEW.queue))
     EXECUTE FUNCTION gd._external_work_changed('queue', 'eligible_at');
 -- A resumed queue: its external work can be claimed again.
-CREATE TRIGGER external_queue_resumed AFTER UPDATE ON gd._queues
+CREATE OR REPLACE TRIGGER external_queue_resumed AFTER UPDATE ON gd._queues
     FOR EACH ROW WHEN (OLD.paused AND NOT NEW.paused)
     EXECUTE FUNCTION gd._external_work_changed('name');
 
@@ -69,10 +69,10 @@ CREATE TRIGGER external_queue_resumed AFTER UPDATE ON gd._queues
 -- ---------------------------------------------------------------------------
 
 -- gen_durable.lease, the default lease of a claim.
-CREATE FUNCTION gd._default_lease() RETURNS interval LANGUAGE sql STABLE
+CREATE OR REPLACE FUNCTION gd._default_lease() RETURNS interval LANGUAGE sql STABLE
     AS $$ SELECT coalesce(current_setting('gen_durable.lease', true), '30s')::interval $$;
 
-CREATE FUNCTION gd._check_lease(value interval, what text) RETURNS interval
+CREATE OR REPLACE FUNCTION gd._check_lease(value interval, what text) RETURNS interval
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF value <= interval '0' THEN
@@ -81,7 +81,7 @@ BEGIN
     RETURN gd._check_interval(value, what);
 END $$;
 
-CREATE FUNCTION gd._check_claim(id bigint, lease_token bigint) RETURNS void
+CREATE OR REPLACE FUNCTION gd._check_claim(id bigint, lease_token bigint) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF id IS NULL OR lease_token IS NULL THEN
@@ -93,12 +93,12 @@ END $$;
 -- then eligibility, then id), skipping rows other claimers hold.  They are
 -- `executing` under a lease of `lease` (default gen_durable.lease) when the
 -- caller commits.  A paused queue yields nothing.
-CREATE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 -- Only steps of FSMs the caller may use are claimed.
-CREATE FUNCTION gd._claim(queue text, worker text, max int, lease interval)
+CREATE OR REPLACE FUNCTION gd._claim(queue text, worker text, max int, lease interval)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
 LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
 DECLARE
@@ -175,10 +175,10 @@ END $$;
 
 -- Extend a claim's lease to `extend` from now (default: the length the lease
 -- was given).  False when the token no longer owns the row.
-CREATE FUNCTION @extschema@.gd_heartbeat(id bigint, lease_token bigint, extend interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION @extschema@.gd_heartbeat(id bigint, lease_token bigint, extend interval DEFAULT NULL)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._heartbeat(id bigint, lease_token bigint, extend interval)
+CREATE OR REPLACE FUNCTION gd._heartbeat(id bigint, lease_token bigint, extend interval)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     caller oid := gd._caller();
@@ -196,10 +196,10 @@ END $$;
 -- Hand a claimed step back unrun (a worker shutting down): runnable again at
 -- once, in its old place, no attempt counted.  False when the token no
 -- longer owns the row.
-CREATE FUNCTION @extschema@.gd_release(id bigint, lease_token bigint)
+CREATE OR REPLACE FUNCTION @extschema@.gd_release(id bigint, lease_token bigint)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE FUNCTION gd._release(id bigint, lease_token bigint)
+CREATE OR REPLACE FUNCTION gd._release(id bigint, lease_token bigint)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     caller oid := gd._caller();
@@ -219,18 +219,18 @@ END $$;
 -- Apply a claimed step's outcome, exactly as if an in-database handler had
 -- returned it; false (outcome dropped) when the token no longer owns the row
 -- (or the caller may not use it).
-CREATE FUNCTION @extschema@.gd_complete(id bigint, lease_token bigint, outcome gd.outcome)
+CREATE OR REPLACE FUNCTION @extschema@.gd_complete(id bigint, lease_token bigint, outcome gd.outcome)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-CREATE FUNCTION gd._complete(id bigint, lease_token bigint, outcome gd.outcome)
+CREATE OR REPLACE FUNCTION gd._complete(id bigint, lease_token bigint, outcome gd.outcome)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_complete';
 
 -- gd_complete for a batch: position k of the three arrays is one claim and
 -- its outcome.  One row per position, in order; completed is false where
 -- the outcome was dropped as stale.  All in one lock and one UPDATE; a bad
 -- outcome anywhere raises and completes none.
-CREATE FUNCTION @extschema@.gd_complete_all(ids bigint[], lease_tokens bigint[], outcomes gd.outcome[])
+CREATE OR REPLACE FUNCTION @extschema@.gd_complete_all(ids bigint[], lease_tokens bigint[], outcomes gd.outcome[])
 RETURNS TABLE (id bigint, completed boolean) LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-CREATE FUNCTION gd._complete_all(ids bigint[], lease_tokens bigint[], outcomes gd.outcome[])
+CREATE OR REPLACE FUNCTION gd._complete_all(ids bigint[], lease_tokens bigint[], outcomes gd.outcome[])
 RETURNS TABLE (id bigint, completed boolean) LANGUAGE c AS 'MODULE_PATHNAME', 'gd_complete_all';
 
 -- ---------------------------------------------------------------------------
@@ -240,14 +240,14 @@ RETURNS TABLE (id bigint, completed boolean) LANGUAGE c AS 'MODULE_PATHNAME', 'g
 -- Reclaim up to `batch` expired leases: each step runs again at once with
 -- its attempt counted, or past max_attempts the instance fails.  Returns how
 -- many (src/claims.cpp).
-CREATE FUNCTION gd._reclaim_leases(batch int) RETURNS int
+CREATE OR REPLACE FUNCTION gd._reclaim_leases(batch int) RETURNS int
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_reclaim_leases';
 
 -- NOTIFY the queues whose scheduled external work came due since the last
 -- announcement.  Work whose eligible_at is not after its updated_at was
 -- eligible at the commit of that change, and announced then; the second of
 -- overlap covers a row committed just after the previous announcement looked.
-CREATE FUNCTION gd._announce_due_external() RETURNS void
+CREATE OR REPLACE FUNCTION gd._announce_due_external() RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     since timestamptz;
@@ -268,7 +268,7 @@ END $$;
 -- The reaper's duty to external work, in small batches: reclaim expired
 -- leases, announce work that came due.  Returns when it next has something
 -- to do (a lease expires or scheduled work comes due), or NULL.
-CREATE FUNCTION gd._expire_leases(batch int DEFAULT 100) RETURNS timestamptz
+CREATE OR REPLACE FUNCTION gd._expire_leases(batch int DEFAULT 100) RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 BEGIN
     IF gd._reclaim_leases(batch) >= batch THEN

@@ -4,22 +4,22 @@
 
 -- The engine's counters since the last reset or server start, cluster-wide
 -- (the gd.stats view); step events also carry the time spent in the step.
-CREATE FUNCTION gd.read_stats(OUT event text, OUT count bigint, OUT total_ms float8, OUT max_ms float8,
+CREATE OR REPLACE FUNCTION gd.read_stats(OUT event text, OUT count bigint, OUT total_ms float8, OUT max_ms float8,
                               OUT since timestamptz)
     RETURNS SETOF record LANGUAGE c AS 'MODULE_PATHNAME', 'gd_stats';
-CREATE FUNCTION gd._count(event text, amount bigint DEFAULT 1) RETURNS void
+CREATE OR REPLACE FUNCTION gd._count(event text, amount bigint DEFAULT 1) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_count_event';
 
-CREATE FUNCTION @extschema@.gd_stats_reset() RETURNS void
+CREATE OR REPLACE FUNCTION @extschema@.gd_stats_reset() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_stats_reset';
 
 -- GC: terminal instances that finished longer than `retention` ago, with
 -- their signals, in one small batch; returns how many instances went.  A
 -- child is kept while its parent is live (the parent's join reads it).
-CREATE INDEX instances_finished ON gd._instances (finished_at)
+CREATE INDEX IF NOT EXISTS instances_finished ON gd._instances (finished_at)
     WHERE status IN ('done', 'failed', 'cancelled');
 
-CREATE FUNCTION gd._gc(retention interval, batch int DEFAULT 1000) RETURNS int
+CREATE OR REPLACE FUNCTION gd._gc(retention interval, batch int DEFAULT 1000) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     swept int;

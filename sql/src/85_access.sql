@@ -3,7 +3,7 @@
 -- ---------------------------------------------------------------------------
 
 -- The caller may grant and revoke this FSM: it exists, and the caller is a member of its owner.
-CREATE FUNCTION gd._check_grantor(fsm text) RETURNS void
+CREATE OR REPLACE FUNCTION gd._check_grantor(fsm text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     PERFORM gd._newest_fsm(fsm);
@@ -11,9 +11,9 @@ BEGIN
 END $$;
 
 -- Let a role, and its members, use the FSM's instances.
-CREATE FUNCTION @extschema@.gd_grant(fsm text, role regrole) RETURNS void
+CREATE OR REPLACE FUNCTION @extschema@.gd_grant(fsm text, role regrole) RETURNS void
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-CREATE FUNCTION gd._grant(fsm text, role regrole) RETURNS void
+CREATE OR REPLACE FUNCTION gd._grant(fsm text, role regrole) RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
@@ -24,9 +24,9 @@ BEGIN
     INSERT INTO gd._grants AS g (fsm, role) VALUES (fsm, role) ON CONFLICT DO NOTHING;
 END $$;
 
-CREATE FUNCTION @extschema@.gd_revoke(fsm text, role regrole) RETURNS boolean
+CREATE OR REPLACE FUNCTION @extschema@.gd_revoke(fsm text, role regrole) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-CREATE FUNCTION gd._revoke(fsm text, role regrole) RETURNS boolean
+CREATE OR REPLACE FUNCTION gd._revoke(fsm text, role regrole) RETURNS boolean
 LANGUAGE sql AS $$
     SELECT gd._check_grantor(fsm);
     WITH gone AS (DELETE FROM gd._grants g WHERE g.fsm = _revoke.fsm AND g.role = _revoke.role RETURNING 1)

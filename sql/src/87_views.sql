@@ -9,35 +9,35 @@
 -- before the predicate has filtered them, and none can be written to.
 
 -- Instances of the FSMs the reader may use.
-CREATE VIEW gd.instances WITH (security_barrier) AS
+CREATE OR REPLACE VIEW gd.instances WITH (security_barrier) AS
 SELECT i.* FROM gd._instances i
  WHERE pg_has_role(i.owner, 'MEMBER')
     OR i.fsm IN (SELECT g.fsm FROM gd._grants g WHERE pg_has_role(g.role, 'MEMBER'));
 
 -- Their inboxes.
-CREATE VIEW gd.signals WITH (security_barrier) AS
+CREATE OR REPLACE VIEW gd.signals WITH (security_barrier) AS
 SELECT s.* FROM gd._signals s WHERE EXISTS (SELECT FROM gd.instances i WHERE i.id = s.instance_id);
 
 -- Definitions of the FSMs the reader may use.
-CREATE VIEW gd.fsms WITH (security_barrier) AS
+CREATE OR REPLACE VIEW gd.fsms WITH (security_barrier) AS
 SELECT f.* FROM gd._fsms f
  WHERE pg_has_role(f.owner, 'MEMBER')
     OR f.name IN (SELECT g.fsm FROM gd._grants g WHERE pg_has_role(g.role, 'MEMBER'));
-CREATE VIEW gd.steps WITH (security_barrier) AS
+CREATE OR REPLACE VIEW gd.steps WITH (security_barrier) AS
 SELECT s.* FROM gd._steps s WHERE EXISTS (SELECT FROM gd.fsms f WHERE f.name = s.fsm AND f.version = s.version);
 
 -- Grants of the FSMs the reader owns, and those to roles it is a member of.
-CREATE VIEW gd.grants WITH (security_barrier) AS
+CREATE OR REPLACE VIEW gd.grants WITH (security_barrier) AS
 SELECT g.* FROM gd._grants g
  WHERE pg_has_role(g.role, 'MEMBER')
     OR EXISTS (SELECT FROM gd._fsms f WHERE f.name = g.fsm AND pg_has_role(f.owner, 'MEMBER'));
 
 -- Configuration, the same for every reader.
-CREATE VIEW gd.queues AS SELECT q.* FROM gd._queues q;
-CREATE VIEW gd.rate_limits AS SELECT l.* FROM gd._rate_limits l;
-CREATE VIEW gd.concurrency_limits AS SELECT l.* FROM gd._concurrency_limits l;
+CREATE OR REPLACE VIEW gd.queues AS SELECT q.* FROM gd._queues q;
+CREATE OR REPLACE VIEW gd.rate_limits AS SELECT l.* FROM gd._rate_limits l;
+CREATE OR REPLACE VIEW gd.concurrency_limits AS SELECT l.* FROM gd._concurrency_limits l;
 
-CREATE FUNCTION gd._read_only() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION gd._read_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
         MESSAGE = format('gen_durable: %s.%s is read-only', TG_TABLE_SCHEMA, TG_TABLE_NAME),
@@ -49,16 +49,16 @@ DECLARE
 BEGIN
     FOREACH view_name IN ARRAY ARRAY['instances', 'signals', 'fsms', 'steps', 'grants', 'queues', 'rate_limits',
                                      'concurrency_limits'] LOOP
-        EXECUTE format('CREATE TRIGGER read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON gd.%I '
+        EXECUTE format('CREATE OR REPLACE TRIGGER read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON gd.%I '
                        'FOR EACH ROW EXECUTE FUNCTION gd._read_only()', view_name);
     END LOOP;
 END $$;
 
 -- The engine's workers; instance_id only where the reader may use the instance.
-CREATE FUNCTION gd.read_workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
+CREATE OR REPLACE FUNCTION gd.read_workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
                                 OUT instance_id bigint, OUT since timestamptz)
     RETURNS SETOF record LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
-CREATE FUNCTION gd._read_workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
+CREATE OR REPLACE FUNCTION gd._read_workers(OUT pid int, OUT kind text, OUT database text, OUT queue text,
                                  OUT instance_id bigint, OUT since timestamptz)
 RETURNS SETOF record LANGUAGE plpgsql AS $$
 DECLARE
@@ -72,15 +72,15 @@ BEGIN
            w.since
       FROM gd._workers() w;
 END $$;
-CREATE VIEW gd.workers AS SELECT * FROM gd.read_workers();
+CREATE OR REPLACE VIEW gd.workers AS SELECT * FROM gd.read_workers();
 
-CREATE VIEW gd.stats AS SELECT * FROM gd.read_stats();
+CREATE OR REPLACE VIEW gd.stats AS SELECT * FROM gd.read_stats();
 
 -- Per queue (known or configured): the reader's instances per status, or
 -- every instance's for members of pg_monitor (totals, never a row of
 -- them), the runnable ones split into eligible now and scheduled later, the
 -- age of the oldest eligible one, and pause state.
-CREATE VIEW gd.queue_stats AS
+CREATE OR REPLACE VIEW gd.queue_stats AS
 SELECT q.name AS queue,
        coalesce(s.runnable, 0) AS runnable,
        coalesce(s.scheduled, 0) AS scheduled,

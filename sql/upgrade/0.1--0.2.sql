@@ -1,0 +1,92 @@
+-- gen_durable 0.1 -> 0.2: the migration of the tables.  The rest of the
+-- update is the 0.2 install script (sql/src/*.sql), which defines every
+-- function, view, trigger and privilege again over the migrated tables and
+-- then drops the functions 0.2 no longer has (sql/src/88_leftovers.sql).
+-- It runs in ALTER EXTENSION's one transaction: it applies whole or not at all.
+\echo Use "ALTER EXTENSION gen_durable UPDATE" to load this file. \quit
+
+-- 0.1's tables were open, filtered by row security; 0.2's are closed (only
+-- the extension's owner reads them: users go through the API and the views
+-- of the same names).  Policies and every grant on them go.
+DO $$
+DECLARE
+    closed record;
+BEGIN
+    FOR closed IN
+        SELECT p.polname, c.relname FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+         WHERE c.relnamespace = 'gd'::regnamespace
+    LOOP
+        EXECUTE format('DROP POLICY %I ON gd.%I', closed.polname, closed.relname);
+    END LOOP;
+    FOR closed IN
+        SELECT c.relname, c.relkind, CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(a.grantee::regrole::text) END
+               AS grantee
+          FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+         WHERE c.relnamespace = 'gd'::regnamespace AND c.relkind IN ('r', 'S') AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('REVOKE ALL ON %s gd.%I FROM %s', CASE closed.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END,
+                       closed.relname, closed.grantee);
+    END LOOP;
+    FOR closed IN SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'gd'::regnamespace AND c.relrowsecurity LOOP
+        EXECUTE format('ALTER TABLE gd.%I NO FORCE ROW LEVEL SECURITY, DISABLE ROW LEVEL SECURITY', closed.relname);
+    END LOOP;
+END $$;
+
+-- The tables take the names gd._*, their constraints (and the indexes behind
+-- them) the names a fresh install gives them.
+ALTER TABLE gd.queues RENAME TO _queues;
+ALTER TABLE gd.fsms RENAME TO _fsms;
+ALTER TABLE gd.steps RENAME TO _steps;
+ALTER TABLE gd.grants RENAME TO _grants;
+ALTER TABLE gd.instances RENAME TO _instances;
+ALTER TABLE gd.signals RENAME TO _signals;
+ALTER TABLE gd.concurrency_limits RENAME TO _concurrency_limits;
+ALTER TABLE gd.rate_limits RENAME TO _rate_limits;
+ALTER TABLE gd.rate_buckets RENAME TO _rate_buckets;
+ALTER TABLE gd.external_due_announced RENAME TO _external_due_announced;
+ALTER SEQUENCE gd.instances_id_seq RENAME TO _instances_id_seq;
+ALTER SEQUENCE gd.signals_id_seq RENAME TO _signals_id_seq;
+ALTER SEQUENCE gd.lease_tokens RENAME TO _lease_tokens;
+DO $$
+DECLARE
+    named record;
+BEGIN
+    FOR named IN
+        SELECT c.relname, k.conname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+         WHERE c.relnamespace = 'gd'::regnamespace AND k.conname LIKE substr(c.relname, 2) || '\_%'
+    LOOP
+        EXECUTE format('ALTER TABLE gd.%I RENAME CONSTRAINT %I TO %I', named.relname, named.conname, '_' || named.conname);
+    END LOOP;
+END $$;
+
+-- Instances: each in its owner's key space (correlation keys, concurrency
+-- keys); home_queue for steps on queues of their own.  Rewrites the table.
+ALTER TABLE gd._instances ADD COLUMN owner regrole, ADD COLUMN home_queue text;
+UPDATE gd._instances i SET owner = f.owner FROM gd._fsms f WHERE f.name = i.fsm AND f.version = i.version;
+DO $$
+DECLARE
+    orphans bigint;
+BEGIN
+    SELECT count(*) INTO orphans FROM gd._instances WHERE owner IS NULL;
+    IF orphans > 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'foreign_key_violation',
+            MESSAGE = format('gen_durable: %s instances belong to no defined FSM version', orphans),
+            HINT = 'Delete them (SELECT fsm, version FROM gd.instances WHERE (fsm, version) NOT IN (SELECT name, version FROM gd.fsms)), then update again.';
+    END IF;
+END $$;
+ALTER TABLE gd._instances ALTER COLUMN owner SET NOT NULL;
+DROP INDEX gd.instances_correlation, gd.instances_key_running, gd.instances_key_gated;   -- made again, with the owner
+
+-- Limits: per owner unless shared.  Token buckets start full again, in the
+-- key space of each owner.
+ALTER TABLE gd._concurrency_limits ADD COLUMN shared boolean NOT NULL DEFAULT false;
+ALTER TABLE gd._rate_limits ADD COLUMN shared boolean NOT NULL DEFAULT false;
+DELETE FROM gd._rate_buckets;
+ALTER TABLE gd._rate_buckets ADD COLUMN scope regrole NOT NULL, DROP CONSTRAINT _rate_buckets_pkey,
+    ADD CONSTRAINT _rate_buckets_pkey PRIMARY KEY (scope, key);
+
+-- Steps may run on queues of their own.
+ALTER TABLE gd._steps ADD COLUMN queue text REFERENCES gd._queues;
+
+-- What 0.2 defines with another result type.
+DROP FUNCTION gd._key_limit(text);
