@@ -106,6 +106,52 @@ gd_build_install() {
     gd_log "built and installed into $("$GD_PG_CONFIG" --pkglibdir)"
 }
 
+# The release the update test (test/t/046_update.pl) starts from: its tag, or
+# its commit where the clone has no tags.
+GD_PREVIOUS_RELEASE=v0.1
+GD_PREVIOUS_COMMIT=de17bc96fd8d313cd3975fcb4f93467457e88832
+
+# Build the previous release from the checkout's history and install it into
+# a private copy of the PostgreSQL 15 installation under $1 (real binaries,
+# so that PostgreSQL finds its lib and share directories next to them; links
+# to everything else but gen_durable's files).  The update test starts a
+# cluster there, then puts this version's installed files in their place.
+# Prints the copy's install path (its bin/ and lib/ are under it).
+gd_build_previous_release() {
+    local dest=$1 log=$1/build.log rev f
+    local pkglib sharedir prefix
+    pkglib=$("$GD_PG_CONFIG" --pkglibdir)
+    sharedir=$("$GD_PG_CONFIG" --sharedir)
+    prefix=$dest/pg
+    rm -rf "$dest" && mkdir -p "$dest/src" "$prefix$pkglib" "$prefix$sharedir/extension"
+    rev=$GD_PREVIOUS_RELEASE
+    git -C "$GD_ROOT" rev-parse -q --verify "$rev^{commit}" >/dev/null || rev=$GD_PREVIOUS_COMMIT
+    if ! git -C "$GD_ROOT" archive "$rev" | tar -x -C "$dest/src"; then
+        echo "previous release: $GD_PREVIOUS_RELEASE ($GD_PREVIOUS_COMMIT) is not in the history of $GD_ROOT" >&2
+        return 1
+    fi
+    cp -a "$GD_PG_BINDIR" "$prefix$(dirname "$GD_PG_BINDIR")/"
+    for f in "$pkglib"/*; do
+        [[ $(basename "$f") == gen_durable* ]] || ln -s "$f" "$prefix$pkglib/"
+    done
+    for f in "$sharedir"/*; do
+        [[ $(basename "$f") == extension ]] || ln -s "$f" "$prefix$sharedir/"
+    done
+    for f in "$sharedir"/extension/*; do
+        [[ $(basename "$f") == gen_durable* ]] || ln -s "$f" "$prefix$sharedir/extension/"
+    done
+    unset MAKEFLAGS MFLAGS MAKELEVEL
+    gd_log "building the previous release ($GD_PREVIOUS_RELEASE) for the update test" >&2
+    if ! make -C "$dest/src" --no-print-directory PG_CONFIG="$GD_PG_CONFIG" -j2 >"$log" 2>&1 ||
+        ! make -C "$dest/src" --no-print-directory PG_CONFIG="$GD_PG_CONFIG" DESTDIR="$prefix" install >>"$log" 2>&1; then
+        echo "previous release: build FAILED; make output:" >&2
+        tail -c 20000 "$log" >&2
+        return 1
+    fi
+    [[ $EUID -ne 0 ]] || chown -R postgres: "$dest"
+    echo "$prefix$(dirname "$GD_PG_BINDIR")"
+}
+
 # Run a command as the postgres OS user (initdb refuses root). When we are not
 # root, we simply run it as ourselves. HOME points at a dir postgres can use.
 gd_as_pg() {

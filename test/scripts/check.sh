@@ -85,6 +85,9 @@ if ! gd_build_install "$WORK/build.log"; then
     FAILED=$((FAILED + 1))
     summary_and_exit
 fi
+# The release the update test starts from (a failure here fails that test).
+previous_install=$(gd_build_previous_release "$WORK/previous") || previous_install=""
+
 
 # --------------------------------------------------- scratch copy of the tests
 # The checkout may live in a root-only directory: copy what postgres needs.
@@ -219,6 +222,7 @@ if ((${#tap_files[@]})); then
         TESTDIR="$WORK/tap" \
         PATH="$GD_PG_BINDIR:$PATH" \
         PGPORT="$port" \
+        GD_PREVIOUS_INSTALL="$previous_install" \
         PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
         PERL5LIB="$WORK/t:$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
         perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${tap_rel[@]}" 2>&1

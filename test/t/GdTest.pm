@@ -28,11 +28,13 @@ my @DEFAULT_CONF = (
 # %settings override the defaults above (a value of undef drops a default)
 # or add settings (written after the defaults, in sorted order); every value
 # is written single-quoted.  The key '-init' (a hash ref) is passed to
-# $node->init, e.g. '-init' => { allows_streaming => 1 }.
+# $node->init, e.g. '-init' => { allows_streaming => 1 }; '-install_path'
+# runs the node on another PostgreSQL installation (Cluster.pm's install_path).
 sub start_node
 {
 	my ($name, %settings) = @_;
 	my $init = delete $settings{'-init'} // {};
+	my $install_path = delete $settings{'-install_path'};
 
 	my @order;
 	my %conf;
@@ -55,7 +57,7 @@ sub start_node
 		$text .= "$k = '$v'\n";
 	}
 
-	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $node = PostgreSQL::Test::Cluster->new($name, $install_path ? (install_path => $install_path) : ());
 	$node->init(%$init);
 	$node->append_conf('postgresql.conf', $text);
 	$node->start;

@@ -25,12 +25,16 @@ cp "$ROOT"/test/t/*.pm "$WORK/t/"   # shared helpers (GdTest.pm), on PERL5LIB
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
 cp -r "$ROOT/examples" "$WORK/examples"
 cp "$ROOT/README.md" "$WORK/README.md"
+previous=
+if [[ " ${names[*]} " == *" t/046_update.pl "* ]]; then
+    previous=$(gd_build_previous_release "$WORK/previous")
+fi
 [[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
 export GD_PG_HOME=$WORK
 cd "$WORK"
 port=$(gd_free_port 5670)
 set +e
-gd_as_pg env TESTDIR="$WORK/tap" PATH="$GD_PG_BINDIR:$PATH" PGPORT="$port" \
+gd_as_pg env TESTDIR="$WORK/tap" PATH="$GD_PG_BINDIR:$PATH" PGPORT="$port" GD_PREVIOUS_INSTALL="$previous" \
     PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
     PERL5LIB="$WORK/t:$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
     perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${names[@]}"
