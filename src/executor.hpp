@@ -74,6 +74,14 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);
  * the rows are copied into `into`.  An executor's picks (`executor` given)
  * go on after its previous full pick's last row (see picker.cpp). */
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into, WorkerSlot *executor);
+/* What gd_drain runs: the instances of owners `member` is a member of, those
+ * scheduled for later too when `with_scheduled`. */
+struct DrainScope {
+    Oid member;
+    bool with_scheduled;
+};
+/* A drain's pick: as gd_pick, of the scope's instances, due by the clock (not by the transaction's start). */
+int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryContext into, const DrainScope &scope);
 /* When the next row of the queue not yet eligible becomes eligible; 0 when none. */
 TimestampTz gd_next_due(const char *queue);
 
@@ -234,9 +242,10 @@ bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def);
  * Pick up to `limit` steps of the queue and run each to its transition, in
  * the caller's transaction and SPI connection; gd_await callers are woken at
  * commit.  Rows are copied into CurrentMemoryContext.  Reports progress in
- * `slot` when given.  Returns how many steps ran (step_runner.cpp).
+ * `slot` when given; picks only `drain`'s instances when given.  Returns how
+ * many steps ran (step_runner.cpp).
  */
-int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot);
+int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const DrainScope *drain = nullptr);
 
 /* A worker's work inside one round's transaction; each returns the ms to sleep after it. */
 long gd_executor_round(WorkerSlot *slot, const char *queue); /* executor.cpp */

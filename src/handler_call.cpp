@@ -110,6 +110,20 @@ void check_executable(const PickedInstance &row, const StepDefinition &def)
                                GetUserNameFromId(def.owner, true), row.fsm, format_procedure(def.handler))));
 }
 
+/* Handlers see the server's default search_path, whatever the calling
+ * session set (gd._execute's caller, the pinned path of gd_drain's door); an
+ * engine worker's session never sets one. */
+void use_default_search_path()
+{
+    if (IsBackgroundWorker)
+        return;
+    const char *server_default = GetConfigOptionResetString("search_path");
+    if (strcmp(namespace_search_path, server_default) != 0)
+        (void) set_config_option("search_path", server_default, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+                                 false);
+}
+
+
 /* SET CONSTRAINTS ALL IMMEDIATE: what an earlier handler of the round deferred is not deferred here. */
 void check_constraints_immediately()
 {
@@ -200,6 +214,7 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
     int engine_context;
     GetUserIdAndSecContext(&engine_user, &engine_context);
     int nest_level = NewGUCNestLevel();
+    use_default_search_path();
     SetUserIdAndSecContext(def.owner,
                            engine_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
     check_constraints_immediately();

@@ -136,6 +136,17 @@ uint64 run_pick_from_front(const char *queue, int limit)
     return run_pick(queue, limit, LOWEST_PRIORITY, DT_NOBEGIN, LOWEST_ID);
 }
 
+/* Copy a pick's rows out of SPI memory, which does not outlive this round's SPI connection. */
+void copy_picked(uint64 count, PickedInstance *out, MemoryContext into, const char *queue)
+{
+    MemoryContext spi_context = MemoryContextSwitchTo(into);
+    for (uint64 i = 0; i < count; i++) {
+        gd_read_instance(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, out[i]);
+        out[i].queue = queue;
+    }
+    MemoryContextSwitchTo(spi_context);
+}
+
 } // namespace
 
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into, WorkerSlot *executor)
@@ -153,23 +164,40 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     if (from_front)
         resume_point.since = now;
 
-    /* Copy out of SPI memory, which does not outlive this round's SPI connection. */
-    MemoryContext spi_context = MemoryContextSwitchTo(into);
-    TupleDesc desc = SPI_tuptable->tupdesc;
-    for (uint64 i = 0; i < count; i++) {
-        gd_read_instance(SPI_tuptable->vals[i], desc, out[i]);
-        out[i].queue = queue;
-    }
-    MemoryContextSwitchTo(spi_context);
+    copy_picked(count, out, into, queue);
     /* A full pick goes on after its last row next time; a short one reached the end. */
     resume_point.valid = go_on && count == static_cast<uint64>(limit);
     if (resume_point.valid) {
         HeapTuple last = SPI_tuptable->vals[count - 1];
+        TupleDesc desc = SPI_tuptable->tupdesc;
         bool isnull;
         resume_point.priority = DatumGetInt32(SPI_getbinval(last, desc, GD_INSTANCE_COLUMN_COUNT + 1, &isnull));
         resume_point.eligible_at = DatumGetTimestampTz(SPI_getbinval(last, desc, GD_INSTANCE_COLUMN_COUNT + 2, &isnull));
         resume_point.id = out[count - 1].id;
     }
+    SPI_freetuptable(SPI_tuptable);
+    return static_cast<int>(count);
+}
+
+int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryContext into, const DrainScope &scope)
+{
+    static SPIPlanPtr drain_plan = nullptr;
+    if (drain_plan == nullptr) {
+        Oid types[4] = {TEXTOID, INT4OID, OIDOID, BOOLOID};
+        drain_plan = gd_prepare_kept("SELECT " GD_INSTANCE_COLUMNS " FROM gd._instances i"
+                                     " WHERE " PICKABLE " AND ($4 OR i.eligible_at <= clock_timestamp())"
+                                     "   AND pg_catalog.pg_has_role($3, i.owner, 'MEMBER')"
+                                     "   AND NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = $1 AND q.paused)"
+                                     " ORDER BY i.priority, i.eligible_at, i.id LIMIT $2"
+                                     " FOR UPDATE OF i SKIP LOCKED",
+                                     4, types);
+    }
+    Datum args[4] = {CStringGetTextDatum(queue), Int32GetDatum(limit), ObjectIdGetDatum(scope.member),
+                     BoolGetDatum(scope.with_scheduled)};
+    if (gd_execute_kept(drain_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: pick failed");
+    uint64 count = SPI_processed;
+    copy_picked(count, out, into, queue);
     SPI_freetuptable(SPI_tuptable);
     return static_cast<int>(count);
 }

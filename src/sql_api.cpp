@@ -1,8 +1,9 @@
 /*
  * sql_api.cpp — SQL-callable internals that read the engine's settings and
  * shared memory: the configured queue names, whether the engine is loaded,
- * the gd.workers view, and gd._execute, which runs steps in the calling
- * session exactly as an executor would (for tests and manual stepping).
+ * the gd.workers view, and gd._execute and gd_drain's rounds, which run steps
+ * in the calling session exactly as an executor would (for tests and manual
+ * stepping).
  */
 #include "executor.hpp"
 #include "guard.hpp"
@@ -43,6 +44,40 @@ struct WorkerRow {
     TimestampTz since;
 };
 
+/* Run up to `limit` steps of the queue here, the drain's only when given.  Not
+ * from a handler (the runner is not reentrant), nor in a session with
+ * temporary objects, which the handlers' names would find. */
+int run_here(const char *what, text *queue_name, int32 limit, const DrainScope *drain)
+{
+    static bool running = false;
+    char queue[NAMEDATALEN];
+    text_to_cstring_buffer(queue_name, queue, sizeof(queue));
+    if (limit < 1 || limit > GD_MAX_BATCH)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: max must be between 1 and %d, got %d", GD_MAX_BATCH, limit)));
+    if (running)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("gen_durable: %s cannot run inside a step", what)));
+    if (!gd_session_may_run_handlers())
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("gen_durable: %s cannot run handlers in a session with temporary objects", what),
+                        errhint("Call it from a new session.")));
+    int ran = 0;
+    running = true;
+    PG_TRY();
+    {
+        SPI_connect();
+        ran = gd_execute_batch(queue, limit, nullptr, drain);
+        SPI_finish();
+    }
+    PG_FINALLY();
+    {
+        running = false;
+    }
+    PG_END_TRY();
+    return ran;
+}
+
 } // namespace
 
 extern "C" {
@@ -51,43 +86,20 @@ PG_FUNCTION_INFO_V1(gd_configured_queues);
 PG_FUNCTION_INFO_V1(gd_engine_loaded);
 PG_FUNCTION_INFO_V1(gd_workers);
 PG_FUNCTION_INFO_V1(gd_execute);
+PG_FUNCTION_INFO_V1(gd_drain_round);
 PG_FUNCTION_INFO_V1(gd_interrupt_step);
 
-/*
- * gd._execute(queue text, max int): run up to max runnable steps of the
- * queue here.  Not from a handler (the runner is not reentrant), nor in a
- * session with temporary objects, which the handlers' names would find.
- */
+/* gd._execute(queue text, max int): run up to max runnable steps of the queue here. */
 Datum gd_execute(PG_FUNCTION_ARGS)
 {
-    static bool running = false;
-    char queue[NAMEDATALEN];
-    text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
-    int32 limit = PG_GETARG_INT32(1);
-    if (limit < 1 || limit > GD_MAX_BATCH)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("gen_durable: max must be between 1 and %d, got %d", GD_MAX_BATCH, limit)));
-    if (running)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("gen_durable: gd._execute cannot run inside a step")));
-    if (!gd_session_may_run_handlers())
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("gen_durable: gd._execute cannot run handlers in a session with temporary objects"),
-                        errhint("Call it from a new session.")));
-    int ran = 0;
-    running = true;
-    PG_TRY();
-    {
-        SPI_connect();
-        ran = gd_execute_batch(queue, limit, nullptr);
-        SPI_finish();
-    }
-    PG_FINALLY();
-    {
-        running = false;
-    }
-    PG_END_TRY();
-    PG_RETURN_INT32(ran);
+    PG_RETURN_INT32(run_here("gd._execute", PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(1), nullptr));
+}
+
+/* gd._drain_round(queue text, max int, member oid, with_scheduled boolean): one round of gd_drain. */
+Datum gd_drain_round(PG_FUNCTION_ARGS)
+{
+    DrainScope scope{PG_GETARG_OID(2), PG_GETARG_BOOL(3)};
+    PG_RETURN_INT32(run_here("gd_drain", PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(1), &scope));
 }
 
 /*

@@ -220,7 +220,7 @@ bool run_together(const char *queue, WorkerSlot *slot)
 
 } // namespace
 
-int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
+int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const DrainScope *drain)
 {
     MemoryContext batch_context = CurrentMemoryContext;
     if (slot != nullptr)
@@ -228,7 +228,9 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot)
     gd_prepare_handler_calls();
     gd_begin_transitions(round_transitions, "runnable");
     batch.resize(Min(limit, GD_MAX_BATCH));
-    int count = gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context, slot);
+    int count = drain != nullptr
+                    ? gd_pick_to_drain(queue, static_cast<int>(batch.size()), batch.data(), batch_context, *drain)
+                    : gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context, slot);
     gd_count(StatEvent::pick);
     gd_count(StatEvent::pick_demand, batch.size());
     gd_count(StatEvent::pick_rows, static_cast<uint64>(count));

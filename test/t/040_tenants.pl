@@ -340,7 +340,7 @@ is(superuser(q{
 	SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p
 	 WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'gd\_%'
 	   AND has_function_privilege('public', p.oid, 'EXECUTE')}),
-	'gd_await, gd_cancel, gd_claim, gd_complete, gd_complete_all, gd_define_fsm, gd_define_step, gd_done, gd_grant, '
+	'gd_await, gd_cancel, gd_claim, gd_complete, gd_complete_all, gd_define_fsm, gd_define_step, gd_done, gd_drain, gd_grant, '
 	  . 'gd_heartbeat, gd_insert, gd_insert_all, gd_next, gd_release, gd_retry, gd_revoke, gd_signal, gd_spawn, '
 	  . 'gd_stop, gd_wait_signal',
 	'PUBLIC executes the documented API, not its administration');

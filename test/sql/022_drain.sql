@@ -1,0 +1,79 @@
+-- gd_drain: a tenant runs its own steps in its test's session and
+-- transaction, deterministically (queue 'drain_q' has no executors).
+CREATE ROLE regress_drain_owner;
+CREATE ROLE regress_drain_other;
+GRANT USAGE ON SCHEMA t TO regress_drain_owner, regress_drain_other;
+GRANT EXECUTE ON FUNCTION t.try(text) TO regress_drain_owner, regress_drain_other;
+CREATE TABLE t.drain_ledger (instance bigint, step text, by_role text);
+GRANT INSERT, SELECT ON t.drain_ledger TO regress_drain_owner, regress_drain_other;
+CREATE FUNCTION t.drain_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO t.drain_ledger VALUES (ctx.id, ctx.step, current_user);
+    RETURN CASE ctx.step
+        WHEN 'a' THEN gd_next('b', state || '{"a": true}')
+        WHEN 'loop' THEN gd_next('loop')
+        WHEN 'inner' THEN gd_next('b', jsonb_build_object('inner', gd_drain('drain_q')))
+        ELSE gd_done(state) END;
+END $$;
+
+SET ROLE regress_drain_owner;
+SELECT gd_define_fsm('drained', initial => 'a', queue => 'drain_q', steps => $${
+    "a": {"handler": "t.drain_step(jsonb, gd.context)"},
+    "b": {"handler": "t.drain_step(jsonb, gd.context)"},
+    "loop": {"handler": "t.drain_step(jsonb, gd.context)"},
+    "inner": {"handler": "t.drain_step(jsonb, gd.context)"}
+}$$);
+SELECT gd_set_concurrency_limit('drain_key', 1);
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION gd_set_concurrency_limit(text, int, boolean) TO regress_drain_owner;
+SET ROLE regress_drain_owner;
+SELECT gd_set_concurrency_limit('drain_key', 1);
+RESET ROLE;
+SET ROLE regress_drain_other;
+SELECT gd_define_fsm('other_drained', initial => 'a', queue => 'drain_q', steps => $${
+    "a": {"handler": "t.drain_step(jsonb, gd.context)"},
+    "b": {"handler": "t.drain_step(jsonb, gd.context)"}
+}$$);
+SELECT gd_insert('other_drained') IS NOT NULL AS other_inserted;
+
+-- The owner drains: each instance's two steps, and the instance waiting for
+-- room under its key once the first ends; not another tenant's, nor what is
+-- scheduled for later.
+SET ROLE regress_drain_owner;
+SELECT count(gd_insert('drained', jsonb_build_object('n', n))) FROM generate_series(1, 3) n;
+SELECT count(gd_insert('drained', '{"keyed": true}', concurrency_key => 'drain_key')) FROM generate_series(1, 2);
+SELECT gd_insert('drained', '{"later": true}', schedule_in => '1 hour') AS later_id \gset
+SELECT gd_drain('drain_q') AS steps_ran;
+SELECT status, count(*) FROM gd.instances WHERE fsm = 'drained' GROUP BY status ORDER BY status;
+SELECT by_role, count(*) FROM t.drain_ledger GROUP BY by_role;
+-- with_scheduled: what is due later runs now.
+SELECT gd_drain('drain_q', with_scheduled => true) AS scheduled_ran;
+SELECT status, result FROM gd.instances WHERE id = :later_id;
+-- Nothing left: 0.
+SELECT gd_drain('drain_q') AS nothing_left;
+RESET ROLE;
+SELECT status, count(*) FROM gd.instances WHERE fsm = 'other_drained' GROUP BY status;
+
+-- In a transaction rolled back, nothing is left behind.
+SET ROLE regress_drain_owner;
+BEGIN;
+SELECT gd_insert('drained', '{"rolled": "back"}') IS NOT NULL AS inserted;
+SELECT gd_drain('drain_q') AS ran_in_transaction;
+SELECT status FROM gd.instances WHERE state->>'rolled' = 'back';
+ROLLBACK;
+SELECT count(*) AS rolled_back FROM gd.instances WHERE state->>'rolled' = 'back';
+
+-- A step that never ends stops at max_steps.
+SELECT gd_insert('drained', step => 'loop') AS loop_id \gset
+SELECT gd_drain('drain_q', max_steps => 25) AS capped;
+SELECT status, step, attempt FROM gd.instances WHERE id = :loop_id;
+SELECT gd_cancel(:loop_id);
+
+-- Refused: bad arguments, an unknown queue, a drain inside a step (the step fails).
+SELECT t.try($$SELECT gd_drain('drain_q', max_steps => 0)$$);
+SELECT t.try($$SELECT gd_drain(NULL)$$);
+SELECT t.try($$SELECT gd_drain('no_such_queue')$$);
+SELECT gd_insert('drained', step => 'inner') AS inner_id \gset
+SELECT gd_drain('drain_q', max_steps => 1) AS inner_ran;
+SELECT status, error->>'kind' AS kind, error->>'message' AS message FROM gd.instances WHERE id = :inner_id;
+RESET ROLE;
