@@ -1,10 +1,12 @@
-"""Handlers for gd_worker.py: the external 'charge' step of examples/shop.sql.
+"""Handlers for the external 'charge' step of examples/shop.sql:
 
-    python3 examples/gd_worker.py --dsn 'dbname=app' --queue shop --handlers examples/shop_handlers.py
+    python3 -m gen_durable worker --dsn 'dbname=app' --handlers examples/shop_handlers.py
+
+(with clients/python installed, or on PYTHONPATH).
 """
 import time
 
-from gd_worker import done, next_step, retry, stop
+from gen_durable import next_step, retry, stop
 
 
 def charge(state, ctx):
@@ -13,11 +15,11 @@ def charge(state, ctx):
     Runs outside the database, so it may run more than once if a worker dies
     mid-step: pass an idempotency key to the provider.
     """
-    idempotency_key = f"order-{ctx['id']}"
+    idempotency_key = f"order-{ctx.id}"
     amount = state.get("amount", 0)
     if amount <= 0:
         return stop({"reason": "nothing to charge", "amount": amount})
-    if state.get("card") == "flaky" and ctx["attempt"] < 2:
+    if state.get("card") == "flaky" and ctx.attempt < 2:
         return retry({"reason": "provider timeout"}, backoff=0.5)
     time.sleep(0.2)  # the provider's round trip
     return next_step("receipt", {**state, "charged": amount, "payment_ref": idempotency_key})

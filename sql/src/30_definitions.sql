@@ -282,3 +282,31 @@ AS $$ SELECT ROW('done', NULL, NULL, NULL, NULL, NULL, coalesce(result, '{}'), N
 CREATE OR REPLACE FUNCTION @extschema@.gd_stop(error jsonb)
 RETURNS gd.outcome LANGUAGE sql IMMUTABLE
 AS $$ SELECT ROW('stop', NULL, NULL, NULL, coalesce(error, '{}'), NULL, NULL, NULL, NULL, NULL)::gd.outcome $$;
+
+-- An outcome from its JSON form, as workers outside the database send it:
+-- the constructor's name as "kind" and its arguments by name, intervals as
+-- text ({"kind": "next", "step": "charge", "delay": "5 seconds"},
+-- {"kind": "wait_signal", "names": ["paid"], "then_step": "ship"}, ...).
+CREATE OR REPLACE FUNCTION @extschema@.gd_outcome(outcome jsonb) RETURNS gd.outcome
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    CASE outcome->>'kind'
+    WHEN 'next' THEN
+        RETURN @extschema@.gd_next(outcome->>'step', outcome->'state', (outcome->>'delay')::interval);
+    WHEN 'retry' THEN
+        RETURN @extschema@.gd_retry(coalesce(outcome->'error', '{}'), (outcome->>'backoff')::interval);
+    WHEN 'wait_signal' THEN
+        RETURN @extschema@.gd_wait_signal(ARRAY(SELECT jsonb_array_elements_text(outcome->'names')),
+                                          (outcome->>'timeout')::interval, outcome->>'then_step', outcome->'state');
+    WHEN 'spawn' THEN
+        RETURN @extschema@.gd_spawn(outcome->'children', outcome->>'then_step', outcome->'state');
+    WHEN 'done' THEN
+        RETURN @extschema@.gd_done(coalesce(outcome->'result', '{}'));
+    WHEN 'stop' THEN
+        RETURN @extschema@.gd_stop(coalesce(outcome->'error', '{}'));
+    ELSE
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('gen_durable: an outcome''s kind is next, retry, wait_signal, spawn, done or stop, got %s',
+                             coalesce(outcome::text, 'NULL'));
+    END CASE;
+END $$;

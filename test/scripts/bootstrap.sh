@@ -39,7 +39,8 @@ GD_PACKAGES=(
     make
     perl                      # prove / TAP::Harness
     libipc-run-perl           # PostgreSQL::Test::Utils needs IPC::Run
-    python3-psycopg           # examples/gd_worker.py, the reference external worker (TAP tests run it)
+    python3-psycopg           # the Python client (clients/python), run by TAP tests
+    python3-venv              # its installation test (pip install into a venv)
     util-linux                # runuser
 )
 

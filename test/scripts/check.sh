@@ -109,7 +109,7 @@ cp "$ROOT/test/pg_test.conf" "$WORK/pg_test.conf"
 # (in postgresql.conf the last occurrence of a setting wins).
 cat "$ROOT/test/pg_test.conf" "$ROOT/test/pg_test_isolation.conf" >"$WORK/pg_test_isolation.conf"
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
-cp -r "$ROOT/examples" "$WORK/examples"   # the reference external worker, run by TAP tests
+cp -r "$ROOT/examples" "$ROOT/clients" "$WORK/"   # examples, and the client libraries TAP tests run
 cp "$ROOT/README.md" "$WORK/README.md"     # its tutorial, run by a TAP test
 [[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
 export GD_PG_HOME=$WORK

@@ -1,4 +1,4 @@
-# The reference external worker (examples/gd_worker.py) against an FSM that
+# The Python client's external worker (clients/python) against an FSM that
 # mixes in-database and external steps:
 #   prepare (SQL) -> ext (external, Python) -> finish (SQL)
 # - a LISTENing worker is woken by NOTIFY, not by its (30 s) poll;
@@ -20,7 +20,7 @@ use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
-my ($python, $worker_script) = GdTest::external_worker();
+my @worker_command = GdTest::external_worker();
 
 my $lease = 1.5;    # seconds: a dead worker's claim comes back this soon
 
@@ -54,14 +54,15 @@ my $handlers = $node->basedir . '/mix_handlers.py';
 PostgreSQL::Test::Utils::append_to_file($handlers, q{
 import os, time
 import psycopg
-from gd_worker import next_step
+from gen_durable import next_step
 
 def ext(state, ctx):
+    # On a connection of its own: the run is recorded even when the step's outcome is never applied.
     with psycopg.connect(os.environ["GD_TEST_DSN"], autocommit=True) as conn:
         conn.execute("INSERT INTO external_runs (instance, attempt, pid) VALUES (%s, %s, %s)",
-                     [ctx["id"], ctx["attempt"], os.getpid()])
+                     [ctx.id, ctx.attempt, os.getpid()])
     time.sleep(float(state.get("sleep", 0)))
-    return next_step("finish", {**state, "external_pid": os.getpid(), "external_attempt": ctx["attempt"]})
+    return next_step("finish", {**state, "external_pid": os.getpid(), "external_attempt": ctx.attempt})
 
 HANDLERS = {("mix", "ext"): ext}
 });
@@ -76,7 +77,7 @@ sub start_worker
 	my ($out, $err) = ('', '');
 	my $h = IPC::Run::start(
 		[
-			$python, $worker_script, '--dsn', $node->connstr('postgres'),
+			@worker_command, '--dsn', $node->connstr('postgres'),
 			'--queue', 'default', '--handlers', $handlers, '--name', $name,
 			'--batch', $batch, '--lease', $lease, '--poll', '30', '--verbose'
 		],
@@ -84,7 +85,7 @@ sub start_worker
 	$output{$name} = \$err;
 	my $pid = $h->{KIDS}[0]{PID};
 	ok($node->poll_query_until('postgres', qq{
-SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'gd_worker $name' AND query = 'LISTEN gd_work'}),
+SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'gd worker $name' AND query = 'LISTEN gd_work'}),
 		"worker $name is listening");
 	return ($h, $pid);
 }

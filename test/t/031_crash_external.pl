@@ -1,5 +1,5 @@
 # Crash under load with external steps:
-#   prepare (in-database) -> ext (external, examples/gd_worker.py) -> finish (in-database)
+#   prepare (in-database) -> ext (external, the Python client's worker) -> finish (in-database)
 # with a short lease (1.5 s).
 # External steps are held at a gate (a file the handler waits for) while the
 # test kills things, so every kill lands on claims in flight.
@@ -27,7 +27,7 @@ use Time::HiRes qw(time usleep);
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
-my ($python, $worker_script) = GdTest::external_worker();
+my @worker_command = GdTest::external_worker();
 
 my $n       = 600;
 my $lease   = 1.5;    # seconds
@@ -125,7 +125,7 @@ my $gate     = $node->basedir . '/gate_open';    # exists: the external steps ma
 PostgreSQL::Test::Utils::append_to_file($effects, '');
 PostgreSQL::Test::Utils::append_to_file($handlers, qq{
 import os, time
-from gd_worker import next_step
+from gen_durable import next_step
 
 EFFECTS = "$effects"
 GATE = "$gate"
@@ -134,11 +134,11 @@ NAME = os.environ["GD_WORKER_NAME"]
 def ext(state, ctx):
     # The external effect: one line per run, outside the database.
     with open(EFFECTS, "a") as f:
-        f.write(f"{ctx['id']} {ctx['attempt']} {NAME}\\n")
+        f.write(f"{ctx.id} {ctx.attempt} {NAME}\\n")
     while not os.path.exists(GATE):     # held here while the test's gate is closed
         time.sleep(0.01)
     time.sleep(0.005)                   # at most ~200 steps a second per worker
-    return next_step("finish", {**state, "ext": {"worker": NAME, "attempt": ctx["attempt"]}})
+    return next_step("finish", {**state, "ext": {"worker": NAME, "attempt": ctx.attempt}})
 
 HANDLERS = {("mix", "ext"): ext}
 });
@@ -160,7 +160,7 @@ sub start_worker
 		$ENV{GD_WORKER_NAME} = $name;
 		open(STDOUT, '>>', $worker_log) or POSIX::_exit(127);
 		open(STDERR, '>&', \*STDOUT) or POSIX::_exit(127);
-		exec($python, $worker_script, '--dsn', $node->connstr('postgres'),
+		exec(@worker_command, '--dsn', $node->connstr('postgres'),
 			'--queue', 'default', '--handlers', $handlers, '--name', $name,
 			'--batch', 10, '--lease', $lease, '--poll', 1)
 		  or POSIX::_exit(127);

@@ -64,18 +64,17 @@ sub start_node
 	return $node;
 }
 
-# external_worker(): ($python, $worker_script) for the reference external
-# worker (examples/gd_worker.py); skips the whole file when the script or
-# python3-psycopg is missing.
+# external_worker(): the command that runs the Python client's external
+# worker (clients/python, put on PYTHONPATH here), to be followed by its
+# options: ('/usr/bin/python3', '-m', 'gen_durable', 'worker').
 sub external_worker
 {
-	my $python        = '/usr/bin/python3';
-	my $examples      = $ENV{GD_EXAMPLES} // "$ENV{TESTDIR}/../examples";
-	my $worker_script = "$examples/gd_worker.py";
-	plan skip_all => "no $worker_script" unless -f $worker_script;
-	plan skip_all => 'python3-psycopg is not installed'
-	  unless system($python, '-c', 'import psycopg') == 0;
-	return ($python, $worker_script);
+	my $python = '/usr/bin/python3';
+	my $client = "$ENV{TESTDIR}/../clients/python";
+	die "no Python client at $client" unless -d "$client/gen_durable";
+	die 'python3-psycopg is not installed' unless system($python, '-c', 'import psycopg') == 0;
+	$ENV{PYTHONPATH} = $client;
+	return ($python, '-m', 'gen_durable', 'worker');
 }
 
 # done_query($ids): how many of the instances $ids (a comma list) are done.

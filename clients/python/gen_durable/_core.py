@@ -1,0 +1,259 @@
+"""What the blocking and the asyncio clients and workers share: the SQL they
+send, the shapes of what comes back, handler look-up, reconnect backoff,
+and how a pooler between the client and the server is recognised."""
+
+import dataclasses
+import logging
+import os
+import random
+import socket
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from psycopg.types.json import Jsonb
+
+from .outcomes import Outcome, interval, retry
+
+log = logging.getLogger("gen_durable")
+
+# -- statements ---------------------------------------------------------------
+
+INSERT = ("SELECT gd_insert(%(fsm)s, %(state)s, step => %(step)s, queue => %(queue)s, priority => %(priority)s,"
+          " concurrency_key => %(concurrency_key)s, correlation_key => %(correlation_key)s,"
+          " correlation_scope => %(correlation_scope)s, rate_limit => %(rate_limit)s, weight => %(weight)s,"
+          " eligible_at => %(eligible_at)s, schedule_in => %(schedule_in)s::interval,"
+          " on_duplicate => %(on_duplicate)s)")
+INSERT_ALL = "SELECT gd_insert_all(%s, %s)"
+SIGNAL = "SELECT gd_signal(%s, %s, %s, dedup_key => %s, missing_ok => %s)"
+AWAIT = "SELECT status, step, attempt, result, error FROM gd_await(%s, %s::interval, %s)"
+CANCEL = "SELECT gd_cancel(%s, %s)"
+RETRY = "SELECT gd_retry(%s)"
+GET = ("SELECT id, fsm, version, step, status, state, attempt, result, error, correlation_key, queue, parent_id,"
+       "       created_at, updated_at, finished_at FROM gd.instances WHERE id = %s")
+DRAIN = "SELECT gd_drain(%s, with_scheduled => %s, max_steps => %s)"
+CLAIM = ("SELECT c.id, c.fsm, c.version, c.step, c.state, to_jsonb(c.ctx), c.lease_token"
+         "  FROM gd_claim(%s, %s, %s, %s::interval) c")
+# One completion statement for a batch: gd_outcome turns each JSON outcome into a gd.outcome.
+COMPLETE_ALL = ("SELECT id, completed FROM gd_complete_all(%s::bigint[], %s::bigint[],"
+                " ARRAY(SELECT gd_outcome(o) FROM unnest(%s::jsonb[]) WITH ORDINALITY AS u(o, n) ORDER BY n))")
+COMPLETE = "SELECT gd_complete(%s, %s, gd_outcome(%s))"
+RELEASE = "SELECT gd_release(%s, %s)"
+HEARTBEAT = "SELECT gd_heartbeat(%s, %s, %s::interval)"
+LISTEN = "LISTEN gd_work"
+# The queues steps run on, as defined (a step's own, else its FSM's).
+QUEUES_OF_STEPS = ("SELECT DISTINCT coalesce(s.queue, f.queue) FROM gd.steps s"
+                   "  JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version"
+                   " WHERE (s.fsm, s.step) IN (SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY 1")
+# The port the server listens on, to compare with the one the client reached.
+SERVER_PORT = "SELECT current_setting('port')"
+
+CHANNEL = "gd_work"
+INVALID_PARAMETER_VALUE = "22023"
+
+
+def jsonb(value):
+    return None if value is None else Jsonb(value)
+
+
+def insert_parameters(fsm: str, state: Optional[Mapping], options: Mapping[str, Any]) -> Dict[str, Any]:
+    """gd_insert's arguments by name, the defaults where `options` says nothing."""
+    unknown = set(options) - {"step", "queue", "priority", "concurrency_key", "correlation_key", "correlation_scope",
+                              "rate_limit", "weight", "eligible_at", "schedule_in", "on_duplicate"}
+    if unknown:
+        raise TypeError(f"unknown insert options: {', '.join(sorted(unknown))}")
+    parameters = dict(step=None, queue=None, priority=0, concurrency_key=None, correlation_key=None,
+                      correlation_scope=None, rate_limit=None, weight=1, eligible_at=None, schedule_in=None,
+                      on_duplicate="error")
+    parameters.update(options)
+    parameters.update(fsm=fsm, state=jsonb(state if state is not None else {}),
+                      schedule_in=interval(parameters["schedule_in"]))
+    if parameters["correlation_scope"] is not None:
+        parameters["correlation_scope"] = list(parameters["correlation_scope"])
+    return parameters
+
+
+# -- what comes back ------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """What gd_await returns: where the instance is now."""
+    status: str
+    step: Optional[str]
+    attempt: Optional[int]
+    result: Any
+    error: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """A row of gd.instances."""
+    id: int
+    fsm: str
+    version: int
+    step: str
+    status: str
+    state: Dict[str, Any]
+    attempt: int
+    result: Any
+    error: Any
+    correlation_key: Optional[str]
+    queue: str
+    parent_id: Optional[int]
+    created_at: Any
+    updated_at: Any
+    finished_at: Any
+
+
+@dataclasses.dataclass
+class Context:
+    """What a step is told (gd.context), and, in a worker, the connection whose
+    transaction commits the step's completion: writes made through it happen
+    exactly once, with the step's outcome."""
+    id: int
+    fsm: str
+    version: int
+    step: str
+    attempt: int
+    correlation_key: Optional[str]
+    signals: List[Any]
+    children: List[Any]
+    timed_out: bool
+    queue: str
+    connection: Any = None
+
+
+@dataclasses.dataclass
+class Claim:
+    id: int
+    fsm: str
+    version: int
+    step: str
+    state: Dict[str, Any]
+    context: Context
+    token: int
+
+
+def claims_from(rows, connection) -> List[Claim]:
+    claims = []
+    for id_, fsm, version, step, state, ctx, token in rows:
+        context = Context(id=ctx["id"], fsm=ctx["fsm"], version=ctx["version"], step=ctx["step"],
+                          attempt=ctx["attempt"], correlation_key=ctx.get("correlation_key"),
+                          signals=ctx.get("signals") or [], children=ctx.get("children") or [],
+                          timed_out=bool(ctx.get("timed_out")), queue=ctx["queue"], connection=connection)
+        claims.append(Claim(id_, fsm, version, step, state, context, token))
+    return claims
+
+
+def completion_parameters(claims: Sequence[Claim], outcomes: Sequence[Outcome]):
+    return [[c.id for c in claims], [c.token for c in claims], [Jsonb(o) for o in outcomes]]
+
+
+# -- handlers ----------------------------------------------------------------------
+
+Handler = Callable[[Dict[str, Any], Context], Outcome]
+
+
+class Handlers:
+    """The steps a worker runs: {(fsm, step): handler}."""
+
+    def __init__(self, handlers: Optional[Mapping[Tuple[str, str], Handler]] = None):
+        self._by_step: Dict[Tuple[str, str], Handler] = dict(handlers or {})
+
+    def register(self, fsm: str, step: str) -> Callable[[Handler], Handler]:
+        def decorate(handler: Handler) -> Handler:
+            self._by_step[(fsm, step)] = handler
+            return handler
+        return decorate
+
+    def find(self, claim: Claim) -> Optional[Handler]:
+        return self._by_step.get((claim.fsm, claim.step))
+
+    def steps(self):
+        return sorted(self._by_step)
+
+    def queues_query(self):
+        """QUEUES_OF_STEPS and its parameters, for these steps."""
+        steps = self.steps()
+        return QUEUES_OF_STEPS, [[fsm for fsm, _ in steps], [step for _, step in steps]]
+
+    def split(self, claims: Sequence["Claim"]):
+        """The claims this worker has handlers for, and the others."""
+        return [c for c in claims if self.find(c) is not None], [c for c in claims if self.find(c) is None]
+
+    def no_queues(self):
+        return ValueError(f"none of the steps {self.steps()} is defined: give the worker its queues")
+
+    def __bool__(self):
+        return bool(self._by_step)
+
+
+def failed_attempt(error: BaseException, worker: str) -> Outcome:
+    """A handler raised: the attempt failed, as when an in-database handler raises."""
+    return retry({"message": str(error), "type": type(error).__name__, "worker": worker})
+
+
+def not_an_outcome(value: Any, worker: str) -> Outcome:
+    return retry({"message": f"the handler returned {value!r}, not an outcome", "worker": worker})
+
+
+def bad_outcome(error: BaseException, worker: str) -> Outcome:
+    """gd_complete refused the outcome (say, gd_next to an unknown step): a failed attempt."""
+    return retry({"message": str(error).strip(), "worker": worker})
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# -- reconnecting ---------------------------------------------------------------------
+
+class Backoff:
+    """Waits between reconnect attempts: doubling from `first` up to `most`, with jitter."""
+
+    def __init__(self, first: float = 0.5, most: float = 30.0):
+        self.first = first
+        self.most = most
+        self.next = first
+
+    def delay(self) -> float:
+        delay = self.next * random.uniform(0.5, 1.0)
+        self.next = min(self.next * 2, self.most)
+        return delay
+
+    def reset(self):
+        self.next = self.first
+
+
+# -- poolers ---------------------------------------------------------------------------
+
+def behind_pooler(reached_port: Optional[str], server_port: str) -> bool:
+    """A pooler (or another proxy) sits between us when the server does not
+    listen on the port the client reached.  Only a heuristic: a port mapped
+    by a container says the same, and costs nothing but prepared statements
+    and a LISTEN connection of its own."""
+    return reached_port is not None and str(reached_port) != str(server_port)
+
+
+def connection_options(pooler: bool) -> Dict[str, Any]:
+    """psycopg.connect's options: no server-side prepared statements through
+    a pooler (a transaction pool hands each transaction another server
+    connection, which does not have them)."""
+    return {"autocommit": True, "prepare_threshold": None if pooler else 5}
+
+
+class NotifyWatch:
+    """Notices steps found by a poll that no NOTIFY announced: a LISTEN that
+    goes through a transaction pooler hears nothing, and work then waits for
+    the poll.  Warns once."""
+
+    def __init__(self, worker: str, listen_conninfo_given: bool):
+        self.worker = worker
+        self.listen_conninfo_given = listen_conninfo_given
+        self.warned = False
+
+    def after_wait(self, notified: bool, claimed: int):
+        if notified or claimed == 0 or self.warned:
+            return
+        self.warned = True
+        log.warning("worker %s: a poll found %d steps no notification announced; a LISTEN through a transaction "
+                    "pooler hears nothing: give listen_conninfo a direct or session-mode connection%s",
+                    self.worker, claimed, " (it is given: check where it leads)" if self.listen_conninfo_given else "")

@@ -1,0 +1,326 @@
+"""The client and the worker for asyncio: the same calls and the same
+behaviour as gen_durable.client and gen_durable.worker (read those for what
+they do), on psycopg's AsyncConnection.  Handlers of an AsyncWorker are
+coroutine functions (`async def`), given ctx.connection, an
+AsyncConnection in the batch's transaction; a plain function is called as it
+is, blocking the loop while it runs.
+
+    async with await AsyncClient.connect("dbname=app") as client:
+        order_id = await client.insert("checkout", {"sku": "tea"})
+        settled = await client.wait(order_id, timeout=10)
+"""
+
+import asyncio
+import inspect
+import logging
+import signal
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import psycopg
+
+from . import _core
+from ._core import Claim, Handler, Handlers, Instance, Settled, jsonb
+from .outcomes import Outcome, Seconds, interval
+
+log = logging.getLogger("gen_durable")
+
+
+async def connect(conninfo: str = "", pooler: Optional[bool] = None,
+                  **options) -> "tuple[psycopg.AsyncConnection, bool]":
+    """As gen_durable.client.connect, for asyncio."""
+    connection = await psycopg.AsyncConnection.connect(conninfo, **_core.connection_options(bool(pooler)), **options)
+    if pooler is None:
+        cursor = await connection.execute(_core.SERVER_PORT)
+        pooler = _core.behind_pooler(connection.info.port, (await cursor.fetchone())[0])
+        if pooler:
+            connection.prepare_threshold = None
+    return connection, pooler
+
+
+class AsyncClient:
+    """gen_durable.client.Client for asyncio: `await AsyncClient.connect(conninfo)`, or AsyncClient(connection)."""
+
+    def __init__(self, connection: psycopg.AsyncConnection, *, own: bool = False):
+        self.connection = connection
+        self._own = own
+
+    @classmethod
+    async def connect(cls, conninfo: str = "", *, pooler: Optional[bool] = None) -> "AsyncClient":
+        return cls((await connect(conninfo, pooler))[0], own=True)
+
+    async def close(self):
+        if self._own:
+            await self.connection.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    def transaction(self):
+        return self.connection.transaction()
+
+    async def _one(self, sql: str, parameters) -> Any:
+        cursor = await self.connection.execute(sql, parameters)
+        return (await cursor.fetchone())[0]
+
+    async def insert(self, fsm: str, state: Optional[Mapping] = None, **options) -> Optional[int]:
+        return await self._one(_core.INSERT, _core.insert_parameters(fsm, state, options))
+
+    async def insert_all(self, fsm: str, entries: Iterable[Mapping]) -> List[int]:
+        cursor = await self.connection.execute(_core.INSERT_ALL, [fsm, jsonb(list(entries))])
+        return [row[0] for row in await cursor.fetchall()]
+
+    async def signal(self, target: Union[int, str], name: str, payload: Any = None, *,
+                     dedup_key: Optional[str] = None, missing_ok: bool = False) -> Optional[bool]:
+        return await self._one(_core.SIGNAL, [target, name, jsonb(payload if payload is not None else {}), dedup_key,
+                                              missing_ok])
+
+    async def wait(self, instance_id: int, timeout: Seconds = 5, until: str = "settled") -> Settled:
+        cursor = await self.connection.execute(_core.AWAIT, [instance_id, interval(timeout), until])
+        return Settled(*(await cursor.fetchone()))
+
+    async def cancel(self, instance_id: int, reason: Optional[str] = None) -> bool:
+        return await self._one(_core.CANCEL, [instance_id, reason])
+
+    async def retry(self, instance_id: int) -> bool:
+        return await self._one(_core.RETRY, [instance_id])
+
+    async def get(self, instance_id: int) -> Optional[Instance]:
+        cursor = await self.connection.execute(_core.GET, [instance_id])
+        row = await cursor.fetchone()
+        return None if row is None else Instance(*row)
+
+    async def drain(self, queue: str, with_scheduled: bool = False, max_steps: int = 1000) -> int:
+        return await self._one(_core.DRAIN, [queue, with_scheduled, max_steps])
+
+
+class _LeaseLost(Exception):
+    pass
+
+
+class AsyncWorker:
+    """gen_durable.worker.Worker for asyncio: lanes are tasks, each with its own connection."""
+
+    def __init__(self, conninfo: str = "", handlers: Optional[Mapping[Tuple[str, str], Handler]] = None, *,
+                 queues: Optional[Sequence[str]] = None, concurrency: int = 1, batch: int = 10,
+                 lease: float = 30.0, poll: float = 10.0, name: Optional[str] = None,
+                 listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None):
+        if concurrency < 1 or batch < 1:
+            raise ValueError("concurrency and batch must be at least 1")
+        self.conninfo = conninfo
+        self.handlers = Handlers(handlers)
+        self.queues = list(queues) if queues else None
+        self.concurrency = concurrency
+        self.batch = batch
+        self.lease = lease
+        self.poll = poll
+        self.name = name or _core.default_worker_name()
+        self.listen_conninfo = listen_conninfo
+        self.pooler = pooler
+        self._stopping: Optional[asyncio.Event] = None
+        self._wakeups: List[asyncio.Event] = []
+        self._in_hand: Dict[int, int] = {}
+        self._lost: set = set()
+        self._watch = _core.NotifyWatch(self.name, listen_conninfo is not None)
+
+    def step(self, fsm: str, step: str):
+        return self.handlers.register(fsm, step)
+
+    def stop(self):
+        """Drain and stop (call it in the worker's event loop, or via its signal handlers)."""
+        if self._stopping is not None:
+            self._stopping.set()
+            for wakeup in self._wakeups:
+                wakeup.set()
+
+    async def run(self, install_signal_handlers: bool = True):
+        if not self.handlers:
+            raise ValueError("the worker has no handlers")
+        self._stopping = asyncio.Event()
+        self._wakeups = [asyncio.Event() for _ in range(self.concurrency)]
+        if not self.queues:
+            connection, _ = await self._connect()
+            async with connection:
+                cursor = await connection.execute(*self.handlers.queues_query())
+                self.queues = [row[0] for row in await cursor.fetchall()]
+            if not self.queues:
+                raise self.handlers.no_queues()
+        loop = asyncio.get_running_loop()
+        if install_signal_handlers:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.stop)
+        helpers = [asyncio.create_task(self._listen()), asyncio.create_task(self._heartbeat())]
+        log.info("worker %s serving queues %s with %d lanes", self.name, ", ".join(self.queues), self.concurrency)
+        try:
+            await asyncio.gather(*(self._lane(i) for i in range(self.concurrency)))
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            if install_signal_handlers:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
+        log.info("worker %s stopped", self.name)
+
+    async def _connect(self, conninfo: Optional[str] = None):
+        return await connect(conninfo if conninfo is not None else self.conninfo, self.pooler,
+                             application_name=f"gd worker {self.name}")
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep unless stopping; true when the sleep was cut short by a stop."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def _lane(self, index: int):
+        wakeup = self._wakeups[index]
+        backoff = _core.Backoff()
+        start = index % len(self.queues)
+        while not self._stopping.is_set():
+            try:
+                connection, _ = await self._connect()
+                async with connection:
+                    backoff.reset()
+                    notified = True
+                    while not self._stopping.is_set():
+                        wakeup.clear()
+                        claimed = await self._claim_and_run(connection, start)
+                        self._watch.after_wait(notified, claimed)
+                        notified = True
+                        if claimed == 0:
+                            try:
+                                await asyncio.wait_for(wakeup.wait(), self.poll)
+                            except asyncio.TimeoutError:
+                                notified = False
+            except psycopg.OperationalError as e:
+                delay = backoff.delay()
+                log.warning("worker %s lane %d: connection lost (%s); reconnecting in %.1f s", self.name, index,
+                            str(e).strip(), delay)
+                await self._sleep(delay)
+
+    async def _claim_and_run(self, connection, start: int) -> int:
+        for offset in range(len(self.queues)):
+            queue = self.queues[(start + offset) % len(self.queues)]
+            cursor = await connection.execute(_core.CLAIM, [queue, self.name, self.batch, interval(self.lease)])
+            rows = await cursor.fetchall()
+            if rows:
+                await self._run_batch(connection, _core.claims_from(rows, connection))
+                return len(rows)
+        return 0
+
+    async def _run_batch(self, connection, claims: List[Claim]):
+        self._in_hand.update((c.id, c.token) for c in claims)
+        handled, unhandled = self.handlers.split(claims)
+        try:
+            if handled:
+                await self._run_and_complete(connection, handled)
+            if unhandled:
+                await self._release(connection, unhandled, "this worker has no handler for them")
+                await self._sleep(self.poll)
+        except _LeaseLost as lost:
+            log.warning("worker %s: %s; the batch was rolled back", self.name, lost)
+            await self._release(connection, [c for c in handled if c.id not in self._lost],
+                                "their batch was rolled back")
+        finally:
+            for c in claims:
+                self._in_hand.pop(c.id, None)
+                self._lost.discard(c.id)
+
+    async def _run_and_complete(self, connection, claims: List[Claim]):
+        async with connection.transaction():
+            outcomes = []
+            for claim in claims:
+                if self._stopping.is_set():
+                    break
+                outcomes.append(await self._call(connection, claim))
+            started, unstarted = claims[:len(outcomes)], claims[len(outcomes):]
+            completed = await self._complete(connection, started, outcomes) if started else []
+            stale = [c.id for c, ok in zip(started, completed) if not ok]
+            if stale:
+                raise _LeaseLost(f"the leases of instances {stale} were lost")
+            await self._release(connection, unstarted, "the worker is stopping")
+
+    async def _call(self, connection, claim: Claim) -> Outcome:
+        handler = self.handlers.find(claim)
+        try:
+            async with connection.transaction():
+                outcome = handler(claim.state, claim.context)
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+        except Exception as e:
+            log.info("instance %s step %s raised %r", claim.id, claim.step, e)
+            return _core.failed_attempt(e, self.name)
+        return outcome if isinstance(outcome, Outcome) else _core.not_an_outcome(outcome, self.name)
+
+    async def _complete(self, connection, claims: List[Claim], outcomes: List[Outcome]) -> List[bool]:
+        try:
+            async with connection.transaction():
+                cursor = await connection.execute(_core.COMPLETE_ALL, _core.completion_parameters(claims, outcomes))
+                return [completed for _, completed in await cursor.fetchall()]
+        except psycopg.errors.InvalidParameterValue:
+            pass
+        completed = []
+        for claim, outcome in zip(claims, outcomes):
+            try:
+                async with connection.transaction():
+                    completed.append(await self._complete_one(connection, claim, outcome))
+            except psycopg.errors.InvalidParameterValue as e:
+                completed.append(await self._complete_one(connection, claim, _core.bad_outcome(e, self.name)))
+        return completed
+
+    @staticmethod
+    async def _complete_one(connection, claim: Claim, outcome: Outcome) -> bool:
+        cursor = await connection.execute(_core.COMPLETE, [claim.id, claim.token, jsonb(outcome)])
+        return (await cursor.fetchone())[0]
+
+    async def _release(self, connection, claims: List[Claim], why: str):
+        for claim in claims:
+            await connection.execute(_core.RELEASE, [claim.id, claim.token])
+        if claims:
+            log.warning("worker %s released %d claims (%s): %s", self.name, len(claims), why,
+                        ", ".join(f"{c.fsm}/{c.step} #{c.id}" for c in claims))
+
+    async def _listen(self):
+        backoff = _core.Backoff()
+        queues = set(self.queues)
+        while not self._stopping.is_set():
+            try:
+                connection, behind = await self._connect(self.listen_conninfo)
+                async with connection:
+                    if behind and self.listen_conninfo is None:
+                        log.warning("worker %s: the connection goes through a pooler; LISTEN may hear nothing there: "
+                                    "give listen_conninfo a direct or session-mode connection", self.name)
+                    await connection.execute(_core.LISTEN)
+                    backoff.reset()
+                    async for notification in connection.notifies():
+                        if notification.payload in queues:
+                            for wakeup in self._wakeups:
+                                wakeup.set()
+            except psycopg.OperationalError as e:
+                delay = backoff.delay()
+                log.warning("worker %s: listener connection lost (%s); reconnecting in %.1f s", self.name,
+                            str(e).strip(), delay)
+                await self._sleep(delay)
+
+    async def _heartbeat(self):
+        every = max(self.lease / 3.0, 0.05)
+        backoff = _core.Backoff()
+        while not self._stopping.is_set():
+            try:
+                connection, _ = await self._connect()
+                async with connection:
+                    backoff.reset()
+                    while not await self._sleep(every):
+                        for claim_id, token in list(self._in_hand.items()):
+                            cursor = await connection.execute(_core.HEARTBEAT, [claim_id, token, interval(self.lease)])
+                            if not (await cursor.fetchone())[0] and claim_id in self._in_hand:
+                                self._lost.add(claim_id)
+            except psycopg.OperationalError as e:
+                delay = backoff.delay()
+                log.warning("worker %s: heartbeat connection lost (%s); reconnecting in %.1f s", self.name,
+                            str(e).strip(), delay)
+                await self._sleep(delay)

@@ -1,0 +1,93 @@
+"""The API from Python, blocking: one statement per call (so it goes through
+a transaction pooler), on a connection of its own or on yours, inside your
+transaction (`with client.transaction(): ...`: an insert commits with your
+writes, or not at all)."""
+
+from typing import Any, Iterable, List, Mapping, Optional, Union
+
+import psycopg
+
+from . import _core
+from ._core import Instance, Settled, jsonb
+from .outcomes import Seconds, interval
+
+
+def connect(conninfo: str = "", pooler: Optional[bool] = None, **options) -> "tuple[psycopg.Connection, bool]":
+    """A connection in autocommit, and whether a pooler is in between (asked,
+    or seen: the server does not listen on the port reached)."""
+    connection = psycopg.connect(conninfo, **_core.connection_options(bool(pooler)), **options)
+    if pooler is None:
+        server_port = connection.execute(_core.SERVER_PORT).fetchone()[0]
+        pooler = _core.behind_pooler(connection.info.port, server_port)
+        if pooler:
+            connection.prepare_threshold = None
+    return connection, pooler
+
+
+class Client:
+    """gd_insert, gd_signal, gd_await, ... as methods.
+
+    Client(conninfo) opens a connection (autocommit; no server-side prepared
+    statements behind a pooler); Client(connection=conn) uses yours as it is.
+    """
+
+    def __init__(self, conninfo: str = "", *, connection: Optional[psycopg.Connection] = None,
+                 pooler: Optional[bool] = None):
+        self._own = connection is None
+        self.connection = connect(conninfo, pooler)[0] if self._own else connection
+
+    def close(self):
+        if self._own:
+            self.connection.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def transaction(self):
+        """A transaction (or a savepoint inside one) on the client's connection."""
+        return self.connection.transaction()
+
+    def _one(self, sql: str, parameters) -> Any:
+        return self.connection.execute(sql, parameters).fetchone()[0]
+
+    def insert(self, fsm: str, state: Optional[Mapping] = None, **options) -> Optional[int]:
+        """gd_insert: the new instance's id (options by name: step, queue, priority, concurrency_key,
+        correlation_key, correlation_scope, rate_limit, weight, eligible_at, schedule_in (seconds),
+        on_duplicate); None when on_duplicate='skip' skipped it."""
+        return self._one(_core.INSERT, _core.insert_parameters(fsm, state, options))
+
+    def insert_all(self, fsm: str, entries: Iterable[Mapping]) -> List[int]:
+        """gd_insert_all: one instance per insert option object, in one statement."""
+        rows = self.connection.execute(_core.INSERT_ALL, [fsm, jsonb(list(entries))]).fetchall()
+        return [row[0] for row in rows]
+
+    def signal(self, target: Union[int, str], name: str, payload: Any = None, *, dedup_key: Optional[str] = None,
+               missing_ok: bool = False) -> Optional[bool]:
+        """gd_signal to an instance id or correlation key: False for a duplicate dedup_key; None, with
+        missing_ok, when the target is not live (else psycopg.errors.NoDataFound, P0002)."""
+        return self._one(_core.SIGNAL, [target, name, jsonb(payload if payload is not None else {}), dedup_key,
+                                        missing_ok])
+
+    def wait(self, instance_id: int, timeout: Seconds = 5, until: str = "settled") -> Settled:
+        """gd_await: where the instance is once it settles (until='settled': parked, ended) or ends
+        (until='terminal'), or at the timeout."""
+        row = self.connection.execute(_core.AWAIT, [instance_id, interval(timeout), until]).fetchone()
+        return Settled(*row)
+
+    def cancel(self, instance_id: int, reason: Optional[str] = None) -> bool:
+        return self._one(_core.CANCEL, [instance_id, reason])
+
+    def retry(self, instance_id: int) -> bool:
+        return self._one(_core.RETRY, [instance_id])
+
+    def get(self, instance_id: int) -> Optional[Instance]:
+        """The instance's row of gd.instances, or None (no such instance, or not one you may use)."""
+        row = self.connection.execute(_core.GET, [instance_id]).fetchone()
+        return None if row is None else Instance(*row)
+
+    def drain(self, queue: str, with_scheduled: bool = False, max_steps: int = 1000) -> int:
+        """gd_drain, for tests: run your FSMs' runnable in-database steps of `queue` here, until none is left."""
+        return self._one(_core.DRAIN, [queue, with_scheduled, max_steps])

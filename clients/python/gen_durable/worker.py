@@ -1,0 +1,300 @@
+"""An external worker, blocking: threads run the external steps (handler =>
+NULL) of one or more queues.
+
+    worker = Worker("dbname=app", queues=["payments"], concurrency=4)
+
+    @worker.step("checkout", "charge")
+    def charge(state, ctx):
+        ctx.connection.execute("INSERT INTO shop.charges VALUES (%s)", [ctx.id])  # commits with the outcome
+        return next_step("receipt", {**state, "charged": True})
+
+    worker.run()        # until SIGTERM or SIGINT (or worker.stop()): then it drains
+
+Each of `concurrency` lanes has its own connection.  It claims up to `batch`
+steps (gd_claim, its own transaction), runs their handlers one after another
+in one transaction, each in a savepoint (a handler that raises is a failed
+attempt, its writes undone), and completes them all in that transaction
+(gd_complete_all): a step's writes through ctx.connection happen exactly once,
+with its outcome.  If a lease was lost meanwhile (the step was reclaimed and
+runs elsewhere), the whole batch is rolled back and its other claims
+released.  Effects outside the database are at least once: key them by
+ctx.id and ctx.attempt.
+
+One listener connection LISTENs on gd_work and wakes the lanes when one of
+their queues is notified; lanes poll every `poll` seconds as a safety net.
+Through a transaction pooler LISTEN hears nothing: pass listen_conninfo (a
+direct or session-mode connection), or the worker warns once work turns up
+only on polls.  A heartbeat thread extends the leases of every claim in
+hand.  A lost connection is re-opened with backoff; its claims come back
+when their leases expire.  stop() (SIGTERM, SIGINT) drains: no new claims,
+the batches in hand finish and commit, and run() returns.
+"""
+
+import logging
+import os
+import select
+import signal
+import threading
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import psycopg
+
+from . import _core
+from ._core import Claim, Handler, Handlers
+from .client import connect
+from .outcomes import Outcome, interval
+
+log = logging.getLogger("gen_durable")
+
+
+class _LeaseLost(Exception):
+    pass
+
+
+class Worker:
+    def __init__(self, conninfo: str = "", handlers: Optional[Mapping[Tuple[str, str], Handler]] = None, *,
+                 queues: Optional[Sequence[str]] = None, concurrency: int = 1, batch: int = 10,
+                 lease: float = 30.0, poll: float = 10.0, name: Optional[str] = None,
+                 listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None):
+        if concurrency < 1 or batch < 1:
+            raise ValueError("concurrency and batch must be at least 1")
+        self.conninfo = conninfo
+        self.handlers = Handlers(handlers)
+        self.queues = list(queues) if queues else None
+        self.concurrency = concurrency
+        self.batch = batch
+        self.lease = lease
+        self.poll = poll
+        self.name = name or _core.default_worker_name()
+        self.listen_conninfo = listen_conninfo
+        self.pooler = pooler
+        self._stopping = threading.Event()
+        self._wakeups: List[threading.Event] = []
+        self._wake_r, self._wake_w = os.pipe()   # wakes the listener's select() at stop
+        self._in_hand: Dict[int, int] = {}       # claim id -> lease token, for the heartbeat
+        self._lost: set = set()
+        self._lock = threading.Lock()
+        self._watch = _core.NotifyWatch(self.name, listen_conninfo is not None)
+
+    def step(self, fsm: str, step: str):
+        """Decorator: run this function for `step` of `fsm`."""
+        return self.handlers.register(fsm, step)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def stop(self, *_):
+        """Drain and stop: no new claims; the batches in hand finish.  Safe from signal handlers and threads."""
+        self._stopping.set()
+        for wakeup in self._wakeups:
+            wakeup.set()
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def run(self, install_signal_handlers: bool = True):
+        """Serve until stop(); returns once every lane has finished its batch."""
+        if not self.handlers:
+            raise ValueError("the worker has no handlers")
+        if install_signal_handlers and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.stop)
+            signal.signal(signal.SIGINT, self.stop)
+        self._resolve_queues()
+        self._wakeups = [threading.Event() for _ in range(self.concurrency)]
+        helpers = [threading.Thread(target=self._listen, name="gd-listen", daemon=True),
+                   threading.Thread(target=self._heartbeat, name="gd-heartbeat", daemon=True)]
+        lanes = [threading.Thread(target=self._lane, args=(i,), name=f"gd-lane-{i}") for i in range(self.concurrency)]
+        for thread in helpers + lanes:
+            thread.start()
+        log.info("worker %s serving queues %s with %d lanes", self.name, ", ".join(self.queues), self.concurrency)
+        while any(lane.is_alive() for lane in lanes):
+            for lane in lanes:
+                lane.join(timeout=0.2)   # short joins: signal handlers run in this thread
+        log.info("worker %s stopped", self.name)
+
+    def _connect(self, conninfo: Optional[str] = None) -> "tuple[psycopg.Connection, bool]":
+        return connect(conninfo if conninfo is not None else self.conninfo, self.pooler,
+                       application_name=f"gd worker {self.name}")
+
+    def _resolve_queues(self):
+        """Without queues given, the queues the handled steps run on, as defined."""
+        if self.queues:
+            return
+        connection, _ = self._connect()
+        with connection:
+            self.queues = [row[0] for row in connection.execute(*self.handlers.queues_query()).fetchall()]
+        if not self.queues:
+            raise self.handlers.no_queues()
+
+    def _sleep(self, seconds: float):
+        self._stopping.wait(seconds)
+
+    # -- lanes -----------------------------------------------------------------
+
+    def _lane(self, index: int):
+        wakeup = self._wakeups[index]
+        backoff = _core.Backoff()
+        start = index % len(self.queues)   # lanes start their round of the queues at different ones
+        while not self._stopping.is_set():
+            try:
+                connection, _ = self._connect()
+                with connection:
+                    backoff.reset()
+                    notified = True
+                    while not self._stopping.is_set():
+                        wakeup.clear()
+                        claimed = self._claim_and_run(connection, start)
+                        self._watch.after_wait(notified, claimed)
+                        if claimed == 0:
+                            notified = wakeup.wait(self.poll)
+                        else:
+                            notified = True
+            except psycopg.OperationalError as e:
+                delay = backoff.delay()
+                log.warning("worker %s lane %d: connection lost (%s); reconnecting in %.1f s", self.name, index,
+                            str(e).strip(), delay)
+                self._sleep(delay)
+
+    def _claim_and_run(self, connection: psycopg.Connection, start: int) -> int:
+        """Claim a batch from the first queue that has work (round robin from `start`), run it; how many claimed."""
+        for offset in range(len(self.queues)):
+            queue = self.queues[(start + offset) % len(self.queues)]
+            rows = connection.execute(_core.CLAIM, [queue, self.name, self.batch, interval(self.lease)]).fetchall()
+            if rows:
+                self._run_batch(connection, _core.claims_from(rows, connection))
+                return len(rows)
+        return 0
+
+    def _run_batch(self, connection: psycopg.Connection, claims: List[Claim]):
+        with self._lock:
+            self._in_hand.update((c.id, c.token) for c in claims)
+        handled, unhandled = self.handlers.split(claims)
+        try:
+            if handled:
+                self._run_and_complete(connection, handled)
+            if unhandled:
+                self._release(connection, unhandled, "this worker has no handler for them")
+                self._sleep(self.poll)   # not at once again: a worker that has the handlers may take them
+        except _LeaseLost as lost:
+            log.warning("worker %s: %s; the batch was rolled back", self.name, lost)
+            self._release(connection, [c for c in handled if c.id not in self._lost], "their batch was rolled back")
+        finally:
+            with self._lock:
+                for c in claims:
+                    self._in_hand.pop(c.id, None)
+                    self._lost.discard(c.id)
+
+    def _run_and_complete(self, connection: psycopg.Connection, claims: List[Claim]):
+        with connection.transaction():
+            outcomes = []
+            for claim in claims:
+                if self._stopping.is_set():
+                    break   # draining: the rest go back unrun, in this same transaction
+                outcomes.append(self._call(connection, claim))
+            started, unstarted = claims[:len(outcomes)], claims[len(outcomes):]
+            completed = self._complete(connection, started, outcomes) if started else []
+            stale = [c.id for c, ok in zip(started, completed) if not ok]
+            if stale:
+                raise _LeaseLost(f"the leases of instances {stale} were lost")
+            self._release(connection, unstarted, "the worker is stopping")
+
+    def _call(self, connection: psycopg.Connection, claim: Claim) -> Outcome:
+        handler = self.handlers.find(claim)
+        try:
+            with connection.transaction():   # a savepoint: a raising handler's writes are undone
+                outcome = handler(claim.state, claim.context)
+        except Exception as e:
+            log.info("instance %s step %s raised %r", claim.id, claim.step, e)
+            return _core.failed_attempt(e, self.name)
+        return outcome if isinstance(outcome, Outcome) else _core.not_an_outcome(outcome, self.name)
+
+    def _complete(self, connection: psycopg.Connection, claims: List[Claim], outcomes: List[Outcome]) -> List[bool]:
+        """All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt."""
+        try:
+            with connection.transaction():
+                rows = connection.execute(_core.COMPLETE_ALL, _core.completion_parameters(claims, outcomes)).fetchall()
+            return [completed for _, completed in rows]
+        except psycopg.errors.InvalidParameterValue:
+            pass
+        completed = []
+        for claim, outcome in zip(claims, outcomes):
+            try:
+                with connection.transaction():
+                    completed.append(self._complete_one(connection, claim, outcome))
+            except psycopg.errors.InvalidParameterValue as e:
+                completed.append(self._complete_one(connection, claim, _core.bad_outcome(e, self.name)))
+        return completed
+
+    @staticmethod
+    def _complete_one(connection: psycopg.Connection, claim: Claim, outcome: Outcome) -> bool:
+        return connection.execute(_core.COMPLETE, [claim.id, claim.token, _core.jsonb(outcome)]).fetchone()[0]
+
+    def _release(self, connection: psycopg.Connection, claims: List[Claim], why: str):
+        for claim in claims:
+            connection.execute(_core.RELEASE, [claim.id, claim.token])
+        if claims:
+            log.warning("worker %s released %d claims (%s): %s", self.name, len(claims), why,
+                        ", ".join(f"{c.fsm}/{c.step} #{c.id}" for c in claims))
+
+    # -- listening and heartbeats ------------------------------------------------
+
+    def _listen(self):
+        backoff = _core.Backoff()
+        while not self._stopping.is_set():
+            try:
+                connection, behind = self._connect(self.listen_conninfo)
+                with connection:
+                    if behind and self.listen_conninfo is None:
+                        log.warning("worker %s: the connection goes through a pooler (the server does not listen on "
+                                    "the port reached); LISTEN may hear nothing there: give listen_conninfo a direct "
+                                    "or session-mode connection (meanwhile work is found every %s s)",
+                                    self.name, self.poll)
+                    connection.execute(_core.LISTEN)
+                    backoff.reset()
+                    self._hear(connection)
+            except psycopg.OperationalError as e:
+                delay = backoff.delay()
+                log.warning("worker %s: listener connection lost (%s); reconnecting in %.1f s", self.name,
+                            str(e).strip(), delay)
+                self._sleep(delay)
+
+    def _hear(self, connection: psycopg.Connection):
+        queues = set(self.queues)
+        while not self._stopping.is_set():
+            ready, _, _ = select.select([connection.fileno(), self._wake_r], [], [], self.poll)
+            if self._wake_r in ready:
+                os.read(self._wake_r, 64)
+            if connection.fileno() in ready:
+                connection.pgconn.consume_input()
+                if connection.pgconn.status != psycopg.pq.ConnStatus.OK:
+                    raise psycopg.OperationalError("the listener's connection closed")
+                ours = False
+                while (notification := connection.pgconn.notifies()) is not None:
+                    ours = ours or notification.extra.decode() in queues
+                if ours:
+                    for wakeup in self._wakeups:
+                        wakeup.set()
+
+    def _heartbeat(self):
+        """Extend the lease of every claim in hand every third of the lease; note the leases lost."""
+        every = max(self.lease / 3.0, 0.05)
+        backoff = _core.Backoff()
+        while not self._stopping.is_set():
+            try:
+                connection, _ = self._connect()
+                with connection:
+                    backoff.reset()
+                    while not self._stopping.wait(every):
+                        with self._lock:
+                            in_hand = list(self._in_hand.items())
+                        for claim_id, token in in_hand:
+                            kept = connection.execute(_core.HEARTBEAT, [claim_id, token, interval(self.lease)]).fetchone()[0]
+                            if not kept:
+                                with self._lock:
+                                    if claim_id in self._in_hand:
+                                        self._lost.add(claim_id)
+            except psycopg.OperationalError as e:
+                delay = backoff.delay()
+                log.warning("worker %s: heartbeat connection lost (%s); reconnecting in %.1f s", self.name,
+                            str(e).strip(), delay)
+                self._sleep(delay)
