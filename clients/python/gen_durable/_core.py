@@ -241,19 +241,32 @@ def connection_options(pooler: bool) -> Dict[str, Any]:
 
 
 class NotifyWatch:
-    """Notices steps found by a poll that no NOTIFY announced: a LISTEN that
-    goes through a transaction pooler hears nothing, and work then waits for
-    the poll.  Warns once."""
+    """Notices work found by polls while LISTEN has never heard a thing: a
+    LISTEN that goes through a transaction pooler hears nothing, and work
+    then waits for the poll.  (Work a poll finds while notifications do
+    arrive is ordinary: a delay or backoff that came due before the reaper
+    announced it.)  Warns once."""
+
+    POLL_FINDS_BEFORE_WARNING = 3
 
     def __init__(self, worker: str, listen_conninfo_given: bool):
         self.worker = worker
         self.listen_conninfo_given = listen_conninfo_given
+        self.notifications = 0
+        self.poll_finds = 0
         self.warned = False
+
+    def heard(self):
+        """The listener received a notification on gd_work (for any queue)."""
+        self.notifications += 1
 
     def after_wait(self, notified: bool, claimed: int):
         if notified or claimed == 0 or self.warned:
             return
+        self.poll_finds += 1
+        if self.notifications > 0 or self.poll_finds < self.POLL_FINDS_BEFORE_WARNING:
+            return
         self.warned = True
-        log.warning("worker %s: a poll found %d steps no notification announced; a LISTEN through a transaction "
-                    "pooler hears nothing: give listen_conninfo a direct or session-mode connection%s",
-                    self.worker, claimed, " (it is given: check where it leads)" if self.listen_conninfo_given else "")
+        log.warning("worker %s: polls keep finding work and LISTEN has heard no notification; a LISTEN through a "
+                    "transaction pooler hears nothing: give listen_conninfo a direct or session-mode connection%s",
+                    self.worker, " (it is given: check where it leads)" if self.listen_conninfo_given else "")

@@ -297,6 +297,7 @@ class AsyncWorker:
                     await connection.execute(_core.LISTEN)
                     backoff.reset()
                     async for notification in connection.notifies():
+                        self._watch.heard()
                         if notification.payload in queues:
                             for wakeup in self._wakeups:
                                 wakeup.set()

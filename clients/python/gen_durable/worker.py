@@ -270,6 +270,7 @@ class Worker:
                     raise psycopg.OperationalError("the listener's connection closed")
                 ours = False
                 while (notification := connection.pgconn.notifies()) is not None:
+                    self._watch.heard()
                     ours = ours or notification.extra.decode() in queues
                 if ours:
                     for wakeup in self._wakeups:

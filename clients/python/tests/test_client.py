@@ -1,0 +1,130 @@
+"""Client: each API call, its results and its errors."""
+
+import unittest
+
+import psycopg
+
+from gen_durable import Client, Settled
+from gen_durable._core import behind_pooler
+from support import DSN, ServerTest, admin
+
+HANDLER = "public.py_client_step(jsonb, gd.context)"
+
+
+def setUpModule():
+    with admin() as db:
+        db.execute("""
+CREATE OR REPLACE FUNCTION public.py_client_step(state jsonb, ctx gd.context) RETURNS gd.outcome
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF ctx.step = 'start' AND state ? 'wait' THEN
+        RETURN gd_wait_signal(ARRAY['go'], then_step => 'finish');
+    ELSIF ctx.step = 'start' THEN
+        RETURN gd_next('finish', state || '{"started": true}');
+    ELSIF state ? 'fail' THEN
+        RAISE EXCEPTION 'asked to fail';
+    END IF;
+    RETURN gd_done(jsonb_build_object('state', state, 'signals', jsonb_array_length(coalesce(ctx.signals, '[]'))));
+END $$""")
+
+
+class ClientTest(ServerTest):
+    def setUp(self):
+        super().setUp()
+        self.fsm = self.name("order")
+        self.define(self.fsm, "start", {"start": HANDLER, "finish": {"handler": HANDLER, "max_attempts": 1}})
+        self.client = Client(DSN)
+        self.addCleanup(self.client.close)
+
+    def test_insert_drain_wait_get(self):
+        order = self.client.insert(self.fsm, {"sku": "tea"}, correlation_key=self.name("key"), priority=3)
+        self.assertIsInstance(order, int)
+        self.assertEqual(self.client.drain(self.queue), 2)
+        settled = self.client.wait(order, timeout=5, until="terminal")
+        self.assertEqual(settled, Settled("done", "finish", 1, {"state": {"sku": "tea", "started": True},
+                                                                  "signals": 0}, None))
+        row = self.client.get(order)
+        self.assertEqual((row.id, row.fsm, row.status, row.queue, row.correlation_key),
+                         (order, self.fsm, "done", self.queue, self.name("key")))
+        self.assertIsNone(self.client.get(-1))
+
+    def test_insert_options_and_duplicates(self):
+        key = self.name("dup")
+        first = self.client.insert(self.fsm, correlation_key=key)
+        self.assertEqual(self.client.insert(self.fsm, correlation_key=key, on_duplicate="existing"), first)
+        self.assertIsNone(self.client.insert(self.fsm, correlation_key=key, on_duplicate="skip"))
+        with self.assertRaises(psycopg.errors.UniqueViolation):
+            self.client.insert(self.fsm, correlation_key=key)
+        later = self.client.insert(self.fsm, schedule_in=3600)
+        self.assertEqual(self.client.drain(self.queue), 2)   # the first only: the other is due in an hour
+        self.assertEqual(self.status(later)[0], "runnable")
+        self.assertEqual(self.client.drain(self.queue, with_scheduled=True), 2)
+        self.assertEqual(self.status(later)[0], "done")
+        with self.assertRaises(TypeError):
+            self.client.insert(self.fsm, colour="red")
+
+    def test_insert_all(self):
+        ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(5)])
+        self.assertEqual(len(ids), 5)
+        self.assertEqual(ids, sorted(ids))
+        self.assertEqual(self.client.drain(self.queue), 10)
+
+    def test_signal_missing_ok_and_dedup(self):
+        key = self.name("parked")
+        order = self.client.insert(self.fsm, {"wait": True}, correlation_key=key)
+        self.client.drain(self.queue)
+        self.assertEqual(self.client.wait(order).status, "awaiting")
+        self.assertTrue(self.client.signal(key, "go", {"amount": 5}, dedup_key="evt-1"))
+        self.assertFalse(self.client.signal(key, "go", {"amount": 5}, dedup_key="evt-1"))
+        self.client.drain(self.queue)
+        self.assertEqual(self.client.wait(order).result["signals"], 1)
+        self.assertIsNone(self.client.signal(key, "go", missing_ok=True))
+        with self.assertRaises(psycopg.errors.NoDataFound):
+            self.client.signal(key, "go")
+
+    def test_cancel_and_retry(self):
+        parked = self.client.insert(self.fsm, {"wait": True})
+        self.client.drain(self.queue)
+        self.assertTrue(self.client.cancel(parked, "no longer wanted"))
+        self.assertFalse(self.client.cancel(parked))
+        self.assertEqual(self.client.get(parked).error["kind"], "cancelled")
+        failing = self.client.insert(self.fsm, {"fail": True})
+        self.client.drain(self.queue)
+        self.assertEqual(self.status(failing)[0], "failed")
+        self.assertTrue(self.client.retry(failing))
+        self.assertEqual(self.status(failing)[:2], ("runnable", "finish"))
+
+    def test_errors_are_psycopg_errors_with_the_sqlstate(self):
+        with self.assertRaises(psycopg.errors.UndefinedObject) as raised:
+            self.client.insert(self.name("nope"))
+        self.assertTrue(str(raised.exception).startswith("gen_durable:"))
+        with self.assertRaises(psycopg.errors.InvalidParameterValue):
+            self.client.insert(self.fsm, [1, 2])
+        with self.assertRaises(psycopg.errors.InvalidParameterValue):
+            self.client.wait(1, until="someday")
+
+    def test_insert_in_your_transaction(self):
+        with psycopg.connect(DSN) as connection:
+            client = Client(connection=connection)
+            with client.transaction():
+                kept = client.insert(self.fsm)
+            try:
+                with client.transaction():
+                    dropped = client.insert(self.fsm)
+                    raise RuntimeError("roll back")
+            except RuntimeError:
+                pass
+            connection.commit()
+        self.assertIsNotNone(self.client.get(kept))
+        self.assertIsNone(self.client.get(dropped))
+
+
+class PoolerHeuristicTest(unittest.TestCase):
+    def test_behind_pooler(self):
+        self.assertTrue(behind_pooler(6432, "5432"))
+        self.assertFalse(behind_pooler(5432, "5432"))
+        self.assertFalse(behind_pooler(None, "5432"))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,217 @@
+"""Worker: external steps on several queues, the batch transaction, failed
+attempts, lost leases, unhandled steps, draining, reconnecting, poolers."""
+
+import threading
+import time
+import unittest
+
+import psycopg
+
+from gen_durable import Client, Worker, done, next_step, retry, spawn, stop, wait_signal
+from gen_durable._core import NotifyWatch
+from support import DSN, LogCapture, ServerTest, running
+
+
+class WorkerTest(ServerTest):
+    def setUp(self):
+        super().setUp()
+        self.other_queue = f"{self.queue}_b"
+        self.fsm = self.name("ship")
+        # pack (external, the FSM's queue) -> label (external, a queue of its own) -> end
+        self.define(self.fsm, "pack", {"pack": None, "label": {"queue": self.other_queue, "max_attempts": 2},
+                                       "end": None})
+        self.db.execute(f"CREATE TABLE effects_{self.tag} (instance bigint, step text, attempt int)")
+        self.addCleanup(self.db.execute, f"DROP TABLE effects_{self.tag}")
+        self.client = Client(DSN)
+        self.addCleanup(self.client.close)
+
+    def effects(self):
+        return self.db.execute(f"SELECT instance, step, attempt FROM effects_{self.tag} ORDER BY 1, 2, 3").fetchall()
+
+    def record(self, ctx):
+        ctx.connection.execute(f"INSERT INTO effects_{self.tag} VALUES (%s, %s, %s)", [ctx.id, ctx.step, ctx.attempt])
+
+    def worker(self, handlers, **options):
+        options.setdefault("queues", [self.queue, self.other_queue])
+        options.setdefault("poll", 0.5)
+        options.setdefault("lease", 5)
+        return Worker(DSN, handlers, name=self.name("w"), **options)
+
+    def handlers(self, label=None):
+        def pack(state, ctx):
+            self.record(ctx)
+            return next_step("label", {**state, "packed": True})
+
+        def label_(state, ctx):
+            self.record(ctx)
+            return next_step("end")
+
+        def end(state, ctx):
+            self.record(ctx)
+            return done({"n": state["n"], "packed": state["packed"]})
+        return {(self.fsm, "pack"): pack, (self.fsm, "label"): label or label_, (self.fsm, "end"): end}
+
+    def wait_all(self, ids, status="done"):
+        self.until(lambda: self.db.execute("SELECT count(*) FROM gd.instances WHERE id = ANY(%s) AND status = %s",
+                                           [ids, status]).fetchone()[0] == len(ids), message=f"{len(ids)} {status}")
+
+    def test_several_queues_concurrency_and_exactly_once_effects(self):
+        ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(30)])
+        with running(self.worker(self.handlers(), concurrency=3, batch=4)):
+            self.wait_all(ids)
+        results = {r[0] for r in self.db.execute("SELECT result->>'n' FROM gd.instances WHERE id = ANY(%s)", [ids])}
+        self.assertEqual(results, {str(n) for n in range(30)})
+        self.assertEqual(len(self.effects()), 90, "each step's write exactly once")
+        self.assertEqual(len(set(self.effects())), 90)
+        queues = self.db.execute("SELECT DISTINCT queue FROM gd.instances WHERE id = ANY(%s)", [ids]).fetchall()
+        self.assertEqual(queues, [(self.queue,)])   # back on the FSM's queue after label's own
+
+    def test_a_raising_handler_is_a_failed_attempt_and_its_writes_are_undone(self):
+        calls = []
+
+        def label(state, ctx):
+            self.record(ctx)
+            calls.append(ctx.attempt)
+            if ctx.attempt == 1:
+                raise ValueError("the label printer jammed")
+            return next_step("end")
+        order = self.client.insert(self.fsm, {"n": 1})
+        with running(self.worker(self.handlers(label=label))):
+            self.wait_all([order])
+        self.assertEqual(calls, [1, 2])
+        self.assertEqual([e[1:] for e in self.effects()], [("end", 1), ("label", 2), ("pack", 1)])
+
+    def test_bad_outcomes_fail_their_attempt_alone(self):
+        def label(state, ctx):
+            if state["n"] == 0:
+                return next_step("no_such_step")
+            if state["n"] == 1:
+                return "not an outcome"
+            return next_step("end")
+        ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(4)])
+        with running(self.worker(self.handlers(label=label), batch=10)):
+            self.wait_all(ids[2:])
+            self.wait_all(ids[:2], status="failed")
+        errors = self.db.execute("SELECT error->>'kind', error->>'message' FROM gd.instances WHERE id = ANY(%s)"
+                                 " ORDER BY id", [ids[:2]]).fetchall()
+        self.assertEqual(errors[0][0], "retry")
+        self.assertIn("no_such_step", errors[0][1])
+        self.assertIn("not an outcome", errors[1][1])
+
+    def test_every_outcome(self):
+        fsm = self.name("all")
+        child = self.name("child")
+        self.define(child, "work", {"work": None})
+        self.define(fsm, "a", {s: None for s in ("a", "b", "c", "d", "e")})
+        handlers = {
+            (fsm, "a"): lambda state, ctx: wait_signal(["go"], timeout=60, then_step="b"),
+            (fsm, "b"): lambda state, ctx: spawn([{"fsm": child}, {"fsm": child}], then_step="c",
+                                                 state={"signal": ctx.signals[0]["payload"]}),
+            (fsm, "c"): lambda state, ctx: next_step("d", {**state, "children": len(ctx.children)}, delay=0.1),
+            (fsm, "d"): lambda state, ctx: retry({"why": "once more"}, backoff=0) if ctx.attempt == 1
+            else next_step("e", state),
+            (fsm, "e"): lambda state, ctx: done(state),
+            (child, "work"): lambda state, ctx: done({"child": True}),
+        }
+        stopped = self.client.insert(fsm, step="e", queue=self.queue)
+        order = self.client.insert(fsm)
+        with running(self.worker({**handlers, (fsm, "e"): lambda state, ctx: done(state) if state else stop(
+                {"empty": True})})):
+            self.until(lambda: self.status(order)[0] == "awaiting_signal", message="the wait")
+            self.client.signal(order, "go", {"paid": 3})
+            self.wait_all([order])
+            self.wait_all([stopped], status="failed")
+        self.assertEqual(self.client.get(order).result, {"signal": {"paid": 3}, "children": 2})
+        self.assertEqual(self.client.get(stopped).error["kind"], "stop")
+
+    def test_steps_without_a_handler_are_released_not_counted(self):
+        order = self.client.insert(self.fsm, {"n": 1})
+        handlers = self.handlers()
+        del handlers[(self.fsm, "pack")]
+        with LogCapture() as log, running(self.worker(handlers, poll=0.2)):
+            self.until(lambda: any("no handler" in m for m in log.messages), message="the release")
+        self.assertEqual(self.status(order), ("runnable", "pack", 1))
+
+    def test_a_lost_lease_rolls_the_batch_back(self):
+        entered, go_on = threading.Event(), threading.Event()
+
+        def label(state, ctx):
+            self.record(ctx)
+            entered.set()
+            go_on.wait(10)
+            return next_step("end")
+        order = self.client.insert(self.fsm, {"n": 1, "packed": True}, step="label")
+        with LogCapture() as log, running(self.worker(self.handlers(label=label), lease=60)):
+            entered.wait(10)
+            # The lease runs out (as if the worker had hung) and the reaper hands the step back.
+            self.db.execute("UPDATE gd._instances SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+                            [order])
+            self.db.execute("SELECT gd._reclaim_leases(10)")
+            go_on.set()
+            self.until(lambda: any("were lost" in m for m in log.messages), message="the lost lease")
+            self.wait_all([order])
+        # The first run's write was rolled back with its batch; the rerun's stands.
+        self.assertEqual([e[1:] for e in self.effects()], [("end", 1), ("label", 2)])
+
+    def test_stop_drains_the_batch_in_hand(self):
+        entered = threading.Event()
+
+        def label(state, ctx):
+            self.record(ctx)
+            entered.set()
+            time.sleep(0.5)
+            return next_step("end")
+        ids = self.client.insert_all(self.fsm, [{"step": "label", "state": {"n": n, "packed": True}} for n in range(5)])
+        worker = self.worker(self.handlers(label=label), queues=[self.other_queue], batch=5)
+        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+        thread.start()
+        entered.wait(10)
+        worker.stop()
+        thread.join(10)
+        self.assertFalse(thread.is_alive())
+        rows = self.db.execute("SELECT step, status, attempt, lease_owner FROM gd.instances WHERE id = ANY(%s)"
+                               " ORDER BY id", [ids]).fetchall()
+        self.assertEqual(rows[0], ("end", "runnable", 1, None), "the step in hand completed")
+        self.assertEqual(rows[1:], [("label", "runnable", 1, None)] * 4, "the rest handed back, no attempt counted")
+
+    def test_reconnects_after_its_connections_are_killed(self):
+        ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(3)])
+        with LogCapture() as log, running(self.worker(self.handlers())):
+            self.wait_all(ids)
+            self.db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                            [f"gd worker {self.name('w')}"])
+            more = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(3, 6)])
+            self.wait_all(more)
+        self.assertTrue(any("reconnecting" in m for m in log.messages))
+
+    def test_queues_default_to_those_the_steps_are_defined_on(self):
+        worker = Worker(DSN, self.handlers(), name=self.name("w"))
+        worker._resolve_queues()
+        self.assertEqual(sorted(worker.queues), sorted([self.queue, self.other_queue]))
+
+
+class NotifyWatchTest(unittest.TestCase):
+    def test_warns_once_when_polls_find_work_and_listen_hears_nothing(self):
+        watch = NotifyWatch("w", listen_conninfo_given=False)
+        with LogCapture() as log:
+            watch.after_wait(notified=True, claimed=3)
+            watch.after_wait(notified=False, claimed=0)
+            watch.after_wait(notified=False, claimed=2)
+            watch.after_wait(notified=False, claimed=2)
+            self.assertEqual(log.messages, [])
+            watch.after_wait(notified=False, claimed=2)
+            watch.after_wait(notified=False, claimed=2)
+        self.assertEqual(len(log.messages), 1)
+        self.assertIn("listen_conninfo", log.messages[0])
+
+    def test_quiet_while_notifications_arrive(self):
+        watch = NotifyWatch("w", listen_conninfo_given=False)
+        watch.heard()
+        with LogCapture() as log:
+            for _ in range(10):
+                watch.after_wait(notified=False, claimed=1)
+        self.assertEqual(log.messages, [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,40 @@
+# The Python client (clients/python): installed with pip into a virtual
+# environment, offline (its build backend needs nothing from an index), then
+# its own test suite (clients/python/tests, unittest) runs against a cluster,
+# each Python test one assertion here.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use GdTest;
+
+my $client = "$ENV{TESTDIR}/../clients/python";
+my $node = GdTest::start_node('python_client');
+$node->safe_psql('postgres', 'CREATE EXTENSION gen_durable');
+
+# Debian's psycopg comes from the system's site packages.
+my $venv = $node->basedir . '/venv';
+my ($out, $err) = run_command(['/usr/bin/python3', '-m', 'venv', '--system-site-packages', $venv]);
+ok(-x "$venv/bin/pip", 'a virtual environment') or diag $err;
+($out, $err) = run_command(
+	[ "$venv/bin/pip", 'install', '--no-index', '--no-cache-dir', '--disable-pip-version-check', $client ]);
+like($out, qr/Successfully installed gen-durable-0\.2\.0/, 'pip install ./clients/python, offline') or diag "$out\n$err";
+($out, $err) = run_command([ "$venv/bin/python", '-c', 'import gen_durable; print(gen_durable.__file__)' ]);
+like($out, qr/^\Q$venv\E\/lib\/python3[.0-9]*\/site-packages\/gen_durable\/__init__\.py$/m,
+	'the installed package is the one imported') or diag $err;
+
+# The suite, on the installed package (its directory is not the source's).
+local $ENV{GD_TEST_DSN} = $node->connstr('postgres');
+($out, $err) = run_command(
+	[ "$venv/bin/python", '-m', 'unittest', 'discover', '-v', '-s', "$client/tests", '-t', "$client/tests" ]);
+my @results = $err =~ /^(test_\w+) \(([\w.]+)\) \.\.\. (?:.*\n)*?(ok|FAIL|ERROR|skipped.*)$/mg;
+cmp_ok(scalar(@results) / 3, '>=', 20, 'the Python suite ran');
+while (my ($test, $where, $verdict) = splice(@results, 0, 3))
+{
+	is($verdict, 'ok', "python: $where");
+}
+like($err, qr/^OK$/m, 'the Python suite passed') or diag $err;
+
+$node->stop;
+done_testing();
