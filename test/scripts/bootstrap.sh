@@ -153,6 +153,26 @@ gd_build_previous_release() {
     echo "$prefix$(dirname "$GD_PG_BINDIR")"
 }
 
+# The Node.js client's dependencies (npm's pg, pinned by its package-lock.json)
+# installed into the copy of clients/node at $1, with Node.js and npm from
+# Debian when there are none (a Node.js of another origin is kept).
+gd_node_client_deps() {
+    local dir=$1 missing=()
+    command -v node >/dev/null 2>&1 || missing+=(nodejs)
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
+    if ((${#missing[@]})); then
+        if [[ $EUID -ne 0 ]]; then
+            echo "bootstrap: missing ${missing[*]} and not root: install them first" >&2
+            return 1
+        fi
+        gd_log "installing ${missing[*]}" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+}
+
 # Run a command as the postgres OS user (initdb refuses root). When we are not
 # root, we simply run it as ourselves. HOME points at a dir postgres can use.
 gd_as_pg() {

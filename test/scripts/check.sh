@@ -110,6 +110,8 @@ cp "$ROOT/test/pg_test.conf" "$WORK/pg_test.conf"
 cat "$ROOT/test/pg_test.conf" "$ROOT/test/pg_test_isolation.conf" >"$WORK/pg_test_isolation.conf"
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
 cp -r "$ROOT/examples" "$ROOT/clients" "$WORK/"   # examples, and the client libraries TAP tests run
+# (a failure here fails the Node.js client's test)
+gd_node_client_deps "$WORK/clients/node" || echo "the Node.js client's dependencies could not be installed" >&2
 cp "$ROOT/README.md" "$WORK/README.md"     # its tutorial, run by a TAP test
 [[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
 export GD_PG_HOME=$WORK

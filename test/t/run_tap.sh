@@ -29,6 +29,9 @@ previous=
 if [[ " ${names[*]} " == *" t/046_update.pl "* ]]; then
     previous=$(gd_build_previous_release "$WORK/previous")
 fi
+if [[ " ${names[*]} " == *" t/048_node_client.pl "* || " ${names[*]} " == *" t/049_poolers.pl "* ]]; then
+    gd_node_client_deps "$WORK/clients/node"
+fi
 [[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
 export GD_PG_HOME=$WORK
 cd "$WORK"

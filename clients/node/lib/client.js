@@ -1,0 +1,132 @@
+'use strict';
+/**
+ * The API from Node.js: one statement per call (so it goes through a
+ * transaction pooler), on a connection of its own or on your pg.Client,
+ * inside your transaction if you opened one.
+ */
+const pg = require('pg');
+const { interval } = require('./outcomes');
+
+const SQL = {
+  insert: `SELECT gd_insert($1, $2, step => $3, queue => $4, priority => $5, concurrency_key => $6,
+                            correlation_key => $7, correlation_scope => $8, rate_limit => $9, weight => $10,
+                            eligible_at => $11, schedule_in => $12::interval, on_duplicate => $13) AS id`,
+  insertAll: 'SELECT gd_insert_all AS id FROM gd_insert_all($1, $2)',
+  // The target's type picks the overload: an instance id, or a correlation key.
+  signalById: 'SELECT gd_signal($1::bigint, $2, $3, dedup_key => $4, missing_ok => $5) AS sent',
+  signalByKey: 'SELECT gd_signal($1::text, $2, $3, dedup_key => $4, missing_ok => $5) AS sent',
+  await: 'SELECT status, step, attempt, result, error FROM gd_await($1::bigint, $2::interval, $3)',
+  cancel: 'SELECT gd_cancel($1::bigint, $2) AS changed',
+  retry: 'SELECT gd_retry($1::bigint) AS changed',
+  get: `SELECT id, fsm, version, step, status, state, attempt, result, error, correlation_key, queue, parent_id,
+               created_at, updated_at, finished_at FROM gd.instances WHERE id = $1::bigint`,
+  drain: 'SELECT gd_drain($1, with_scheduled => $2, max_steps => $3) AS ran',
+  serverPort: "SELECT current_setting('port') AS port",
+};
+
+const INSERT_OPTIONS = ['step', 'queue', 'priority', 'concurrencyKey', 'correlationKey', 'correlationScope',
+  'rateLimit', 'weight', 'eligibleAt', 'scheduleIn', 'onDuplicate'];
+
+/** gd_insert's parameters, in order, the defaults where `options` says nothing. */
+function insertParameters(fsm, state, options) {
+  const unknown = Object.keys(options).filter((k) => !INSERT_OPTIONS.includes(k));
+  if (unknown.length) throw new TypeError(`unknown insert options: ${unknown.join(', ')}`);
+  const o = { priority: 0, weight: 1, onDuplicate: 'error', ...options };
+  return [fsm, JSON.stringify(state ?? {}), o.step ?? null, o.queue ?? null, o.priority, o.concurrencyKey ?? null,
+    o.correlationKey ?? null, o.correlationScope ?? null, o.rateLimit ?? null, o.weight, o.eligibleAt ?? null,
+    interval(o.scheduleIn) ?? null, o.onDuplicate];
+}
+
+/** A pooler (or another proxy) sits between us when the server does not listen on the port reached. */
+function behindPooler(reachedPort, serverPort) {
+  return reachedPort != null && String(reachedPort) !== String(serverPort);
+}
+
+/** A connected pg.Client, and whether a pooler is in between (asked, or seen). */
+async function connect(config = {}, { pooler, applicationName } = {}) {
+  const options = typeof config === 'string' ? { connectionString: config } : { ...config };
+  if (applicationName) options.application_name = applicationName;
+  const client = new pg.Client(options);
+  client.on('error', () => {}); // a broken connection fails its next query, where the caller sees it
+  await client.connect();
+  if (pooler == null) {
+    const { rows } = await client.query(SQL.serverPort);
+    pooler = behindPooler(client.port, rows[0].port);
+  }
+  return { client, pooler };
+}
+
+const toId = (value) => (value == null ? value : Number(value));
+
+function instanceFrom(row) {
+  return {
+    id: toId(row.id), fsm: row.fsm, version: row.version, step: row.step, status: row.status, state: row.state,
+    attempt: row.attempt, result: row.result, error: row.error, correlationKey: row.correlation_key,
+    queue: row.queue, parentId: toId(row.parent_id), createdAt: row.created_at, updatedAt: row.updated_at,
+    finishedAt: row.finished_at,
+  };
+}
+
+class Client {
+  /** Client.connect(config) opens a connection; new Client(pgClient) uses yours as it is. */
+  constructor(client, { own = false } = {}) {
+    this.client = client;
+    this.own = own;
+  }
+
+  static async connect(config = {}, { pooler } = {}) {
+    return new Client((await connect(config, { pooler })).client, { own: true });
+  }
+
+  async end() {
+    if (this.own) await this.client.end();
+  }
+
+  async one(sql, parameters) {
+    const { rows } = await this.client.query(sql, parameters);
+    return rows[0];
+  }
+
+  /** gd_insert: the new instance's id, or null when onDuplicate: 'skip' skipped it. */
+  async insert(fsm, state = {}, options = {}) {
+    return toId((await this.one(SQL.insert, insertParameters(fsm, state, options))).id);
+  }
+
+  /** gd_insert_all: one instance per insert option object, in one statement. */
+  async insertAll(fsm, entries) {
+    const { rows } = await this.client.query(SQL.insertAll, [fsm, JSON.stringify([...entries])]);
+    return rows.map((r) => toId(r.id));
+  }
+
+  /** gd_signal: false for a duplicate dedupKey; null with missingOk when the target is not live. */
+  async signal(target, name, payload = {}, { dedupKey = null, missingOk = false } = {}) {
+    const sql = typeof target === 'string' ? SQL.signalByKey : SQL.signalById;
+    return (await this.one(sql, [target, name, JSON.stringify(payload), dedupKey, missingOk])).sent;
+  }
+
+  /** gd_await: { status, step, attempt, result, error } once the instance settles (or ends: until 'terminal'). */
+  async wait(id, { timeout = 5, until = 'settled' } = {}) {
+    return this.one(SQL.await, [id, interval(timeout), until]);
+  }
+
+  async cancel(id, reason = null) {
+    return (await this.one(SQL.cancel, [id, reason])).changed;
+  }
+
+  async retry(id) {
+    return (await this.one(SQL.retry, [id])).changed;
+  }
+
+  /** The instance's row of gd.instances, or null (none, or not one you may use). */
+  async get(id) {
+    const row = await this.one(SQL.get, [id]);
+    return row ? instanceFrom(row) : null;
+  }
+
+  /** gd_drain, for tests: run your FSMs' runnable in-database steps of `queue` here, until none is left. */
+  async drain(queue, { withScheduled = false, maxSteps = 1000 } = {}) {
+    return (await this.one(SQL.drain, [queue, withScheduled, maxSteps])).ran;
+  }
+}
+
+module.exports = { Client, connect, behindPooler, toId };

@@ -1,0 +1,11 @@
+'use strict';
+/** gen_durable from Node.js: the API (Client), an external worker (Worker), and the outcomes steps return. */
+const { Client, connect, behindPooler } = require('./client');
+const { Worker } = require('./worker');
+const outcomes = require('./outcomes');
+
+module.exports = {
+  Client, Worker, connect, behindPooler,
+  nextStep: outcomes.nextStep, retry: outcomes.retry, waitSignal: outcomes.waitSignal, spawn: outcomes.spawn,
+  done: outcomes.done, stop: outcomes.stop,
+};

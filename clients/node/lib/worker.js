@@ -1,0 +1,353 @@
+'use strict';
+/**
+ * An external worker: runs the external steps (handler => NULL) of one or
+ * more queues, as the Python client's Worker does (read its README for the
+ * why of each rule):
+ *
+ *  - `concurrency` lanes, each with its own connection, claim up to `batch`
+ *    steps at a time (round robin over `queues`) and run their handlers one
+ *    after another in one transaction, each in a savepoint, completing them
+ *    with one gd_complete_all: writes through ctx.connection commit with the
+ *    step's outcome, exactly once; a raising handler is a failed attempt,
+ *    its writes undone; a lost lease rolls the whole batch back and its
+ *    other claims are released;
+ *  - one listener connection LISTENs on gd_work and wakes the lanes; they
+ *    poll every `poll` seconds as a safety net (through a transaction
+ *    pooler give `listenConfig`, a direct or session-mode connection);
+ *  - a heartbeat extends every claim in hand every third of `lease`;
+ *  - lost connections are opened again with backoff;
+ *  - stop() (SIGTERM, SIGINT) drains: the step in hand finishes, the rest
+ *    of its batch goes back (gd_release), run() resolves.
+ */
+const os = require('os');
+const { connect, toId } = require('./client');
+const { isOutcome, retry, interval } = require('./outcomes');
+
+const SQL = {
+  claim: `SELECT c.id, c.fsm, c.version, c.step, c.state, to_jsonb(c.ctx) AS ctx, c.lease_token::text AS token
+            FROM gd_claim($1, $2, $3, $4::interval) c`,
+  completeAll: `SELECT id, completed FROM gd_complete_all($1::bigint[], $2::bigint[],
+                  ARRAY(SELECT gd_outcome(o) FROM unnest($3::jsonb[]) WITH ORDINALITY AS u(o, n) ORDER BY n))`,
+  complete: 'SELECT gd_complete($1, $2, gd_outcome($3)) AS completed',
+  release: 'SELECT gd_release($1, $2)',
+  heartbeat: 'SELECT gd_heartbeat($1, $2, $3::interval) AS kept',
+  queuesOfSteps: `SELECT DISTINCT coalesce(s.queue, f.queue) AS queue FROM gd.steps s
+                    JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version
+                   WHERE (s.fsm, s.step) IN (SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY 1`,
+};
+const INVALID_PARAMETER_VALUE = '22023';
+
+class LeaseLost extends Error {}
+
+/** Waits between reconnect attempts: doubling from `first` up to `most` seconds, with jitter. */
+class Backoff {
+  constructor(first = 0.5, most = 30) { this.first = first; this.most = most; this.next = first; }
+  delay() { const d = this.next * (0.5 + Math.random() / 2); this.next = Math.min(this.next * 2, this.most); return d; }
+  reset() { this.next = this.first; }
+}
+
+/** A lane's wake-up: fired by notifications and stop(), waited on with a timeout. */
+class Wakeup {
+  constructor() { this.pending = false; this.resolve = null; }
+  fire() {
+    if (this.resolve) { const resolve = this.resolve; this.resolve = null; resolve(true); } else this.pending = true;
+  }
+  clear() { this.pending = false; }
+  wait(seconds) {
+    if (this.pending) { this.pending = false; return Promise.resolve(true); }
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => { this.resolve = null; resolve(false); }, seconds * 1000);
+      this.resolve = (v) => { clearTimeout(timer); resolve(v); };
+    });
+  }
+}
+
+/** Warns once when polls keep finding work while LISTEN has never heard a thing (a transaction pooler). */
+class NotifyWatch {
+  constructor(worker, listenGiven, log) {
+    Object.assign(this, { worker, listenGiven, log, notifications: 0, pollFinds: 0, warned: false });
+  }
+  heard() { this.notifications++; }
+  afterWait(notified, claimed) {
+    if (notified || claimed === 0 || this.warned) return;
+    this.pollFinds++;
+    if (this.notifications > 0 || this.pollFinds < 3) return;
+    this.warned = true;
+    this.log.warn(`worker ${this.worker}: polls keep finding work and LISTEN has heard no notification; a LISTEN ` +
+      'through a transaction pooler hears nothing: give listenConfig a direct or session-mode connection' +
+      (this.listenGiven ? ' (it is given: check where it leads)' : ''));
+  }
+}
+
+const quietLog = { info() {}, warn: (m) => console.warn(m) };
+
+class Worker {
+  constructor(config = {}, {
+    handlers = {}, queues = null, concurrency = 1, batch = 10, lease = 30, poll = 10, name = null,
+    listenConfig = null, pooler = null, log = quietLog,
+  } = {}) {
+    if (concurrency < 1 || batch < 1) throw new RangeError('concurrency and batch must be at least 1');
+    Object.assign(this, { config, queues, concurrency, batch, lease, poll, listenConfig, pooler, log });
+    this.name = name ?? `${os.hostname()}:${process.pid}`;
+    this.handlers = new Map(Object.entries(handlers)); // 'fsm/step' -> handler
+    this.stopping = false;
+    this.wakeups = [];
+    this.inHand = new Map(); // claim id -> lease token
+    this.lost = new Set();
+    this.watch = new NotifyWatch(this.name, listenConfig != null, log);
+    this.sleepers = new Set();
+  }
+
+  /** Run `handler(state, ctx)` for `step` of `fsm`; returns the worker. */
+  step(fsm, step, handler) {
+    this.handlers.set(`${fsm}/${step}`, handler);
+    return this;
+  }
+
+  handlerOf(claim) { return this.handlers.get(`${claim.fsm}/${claim.step}`); }
+
+  /** Drain and stop: no new claims; the batches in hand finish. */
+  stop() {
+    this.stopping = true;
+    for (const w of this.wakeups) w.fire();
+    for (const wake of this.sleepers) wake();
+  }
+
+  /** Serve until stop(); resolves once every lane has finished its batch. */
+  async run({ signals = true } = {}) {
+    if (this.handlers.size === 0) throw new Error('the worker has no handlers');
+    const onSignal = () => this.stop();
+    if (signals) { process.on('SIGTERM', onSignal); process.on('SIGINT', onSignal); }
+    try {
+      await this.resolveQueues();
+      this.wakeups = Array.from({ length: this.concurrency }, () => new Wakeup());
+      const helpers = [this.listen(), this.heartbeat()];
+      this.log.info(`worker ${this.name} serving queues ${this.queues.join(', ')} with ${this.concurrency} lanes`);
+      await Promise.all(this.wakeups.map((_, i) => this.lane(i)));
+      this.stop();
+      await Promise.all(helpers);
+      this.log.info(`worker ${this.name} stopped`);
+    } finally {
+      if (signals) { process.off('SIGTERM', onSignal); process.off('SIGINT', onSignal); }
+    }
+  }
+
+  connect(config = this.config) {
+    return connect(config, { pooler: this.pooler, applicationName: `gd worker ${this.name}` });
+  }
+
+  async resolveQueues() {
+    if (this.queues && this.queues.length) return;
+    const steps = [...this.handlers.keys()].map((k) => k.split('/'));
+    const { client } = await this.connect();
+    try {
+      const { rows } = await client.query(SQL.queuesOfSteps, [steps.map((s) => s[0]), steps.map((s) => s[1])]);
+      this.queues = rows.map((r) => r.queue);
+    } finally {
+      await client.end();
+    }
+    if (!this.queues.length) throw new Error(`none of the steps ${[...this.handlers.keys()]} is defined: give the worker its queues`);
+  }
+
+  /** Sleep unless stopping (stop() cuts it short). */
+  sleep(seconds) {
+    return new Promise((resolve) => {
+      if (this.stopping) return resolve();
+      const wake = () => { clearTimeout(timer); this.sleepers.delete(wake); resolve(); };
+      const timer = setTimeout(wake, seconds * 1000);
+      this.sleepers.add(wake);
+    });
+  }
+
+  /** Run `body(client)` on a connection, reopened with backoff whenever it breaks, until stopping. */
+  async connected(what, config, body) {
+    const backoff = new Backoff();
+    while (!this.stopping) {
+      let client = null;
+      try {
+        let pooler;
+        ({ client, pooler } = await this.connect(config));
+        backoff.reset();
+        await body(client, pooler);
+      } catch (e) {
+        const delay = backoff.delay();
+        this.log.warn(`worker ${this.name} ${what}: ${e.message}; reconnecting in ${delay.toFixed(1)} s`);
+        await this.sleep(delay);
+      } finally {
+        if (client) await client.end().catch(() => {});
+      }
+    }
+  }
+
+  lane(index) {
+    const wakeup = this.wakeups[index];
+    const start = index % this.queues.length;
+    return this.connected(`lane ${index}`, this.config, async (client) => {
+      let notified = true;
+      while (!this.stopping) {
+        wakeup.clear();
+        const claimed = await this.claimAndRun(client, start);
+        this.watch.afterWait(notified, claimed);
+        notified = claimed > 0 ? true : await wakeup.wait(this.poll);
+      }
+    });
+  }
+
+  async claimAndRun(client, start) {
+    for (let offset = 0; offset < this.queues.length; offset++) {
+      const queue = this.queues[(start + offset) % this.queues.length];
+      const { rows } = await client.query(SQL.claim, [queue, this.name, this.batch, interval(this.lease)]);
+      if (rows.length) {
+        await this.runBatch(client, rows.map((r) => claimFrom(r, client)));
+        return rows.length;
+      }
+    }
+    return 0;
+  }
+
+  async runBatch(client, claims) {
+    for (const c of claims) this.inHand.set(c.id, c.token);
+    const handled = claims.filter((c) => this.handlerOf(c));
+    const unhandled = claims.filter((c) => !this.handlerOf(c));
+    try {
+      if (handled.length) await this.runAndComplete(client, handled);
+      if (unhandled.length) {
+        await this.release(client, unhandled, 'this worker has no handler for them');
+        await this.sleep(this.poll);
+      }
+    } catch (e) {
+      if (!(e instanceof LeaseLost)) throw e;
+      this.log.warn(`worker ${this.name}: ${e.message}; the batch was rolled back`);
+      await this.release(client, handled.filter((c) => !this.lost.has(c.id)), 'their batch was rolled back');
+    } finally {
+      for (const c of claims) { this.inHand.delete(c.id); this.lost.delete(c.id); }
+    }
+  }
+
+  async runAndComplete(client, claims) {
+    await client.query('BEGIN');
+    try {
+      const outcomes = [];
+      for (const claim of claims) {
+        if (this.stopping) break; // draining: the rest go back unrun, in this same transaction
+        outcomes.push(await this.call(client, claim));
+      }
+      const started = claims.slice(0, outcomes.length);
+      const completed = started.length ? await this.complete(client, started, outcomes) : [];
+      const stale = started.filter((c, i) => !completed[i]).map((c) => c.id);
+      if (stale.length) throw new LeaseLost(`the leases of instances ${stale.join(', ')} were lost`);
+      await this.release(client, claims.slice(outcomes.length), 'the worker is stopping');
+      await client.query('COMMIT');
+    } catch (e) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw e;
+    }
+  }
+
+  async call(client, claim) {
+    await client.query('SAVEPOINT gd_step');
+    try {
+      const outcome = await this.handlerOf(claim)(claim.state, claim.ctx);
+      await client.query('RELEASE SAVEPOINT gd_step');
+      return isOutcome(outcome) ? outcome
+        : retry({ message: `the handler returned ${JSON.stringify(outcome)}, not an outcome`, worker: this.name });
+    } catch (e) {
+      await client.query('ROLLBACK TO SAVEPOINT gd_step');
+      this.log.info(`instance ${claim.id} step ${claim.step} raised ${e}`);
+      return retry({ message: String(e.message ?? e), type: e.name ?? typeof e, worker: this.name });
+    }
+  }
+
+  /** All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt. */
+  async complete(client, claims, outcomes) {
+    await client.query('SAVEPOINT gd_complete');
+    try {
+      const { rows } = await client.query(SQL.completeAll,
+        [claims.map((c) => c.id), claims.map((c) => c.token), outcomes.map((o) => JSON.stringify(o))]);
+      await client.query('RELEASE SAVEPOINT gd_complete');
+      return rows.map((r) => r.completed);
+    } catch (e) {
+      if (e.code !== INVALID_PARAMETER_VALUE) throw e;
+      await client.query('ROLLBACK TO SAVEPOINT gd_complete');
+    }
+    const completed = [];
+    for (let i = 0; i < claims.length; i++) {
+      await client.query('SAVEPOINT gd_complete');
+      try {
+        completed.push(await this.completeOne(client, claims[i], outcomes[i]));
+      } catch (e) {
+        if (e.code !== INVALID_PARAMETER_VALUE) throw e;
+        await client.query('ROLLBACK TO SAVEPOINT gd_complete');
+        completed.push(await this.completeOne(client, claims[i],
+          retry({ message: e.message, worker: this.name })));
+      }
+    }
+    return completed;
+  }
+
+  async completeOne(client, claim, outcome) {
+    const { rows } = await client.query(SQL.complete, [claim.id, claim.token, JSON.stringify(outcome)]);
+    return rows[0].completed;
+  }
+
+  async release(client, claims, why) {
+    for (const c of claims) await client.query(SQL.release, [c.id, c.token]);
+    if (claims.length) {
+      this.log.warn(`worker ${this.name} released ${claims.length} claims (${why}): ` +
+        claims.map((c) => `${c.fsm}/${c.step} #${c.id}`).join(', '));
+    }
+  }
+
+  listen() {
+    const queues = new Set(this.queues);
+    return this.connected('listener', this.listenConfig ?? this.config, async (client, pooler) => {
+      if (pooler && this.listenConfig == null) {
+        this.log.warn(`worker ${this.name}: the connection goes through a pooler; LISTEN may hear nothing there: ` +
+          `give listenConfig a direct or session-mode connection (meanwhile work is found every ${this.poll} s)`);
+      }
+      let stopped;
+      const closed = new Promise((resolve, reject) => {
+        client.on('notification', (n) => {
+          this.watch.heard();
+          if (queues.has(n.payload)) for (const w of this.wakeups) w.fire();
+        });
+        client.on('error', reject);
+        client.on('end', () => reject(new Error('the listener connection closed')));
+        stopped = resolve;
+        this.sleepers.add(stopped); // stop() resolves it
+      });
+      try {
+        await client.query('LISTEN gd_work');
+        await closed;
+      } finally {
+        this.sleepers.delete(stopped);
+      }
+    });
+  }
+
+  heartbeat() {
+    return this.connected('heartbeat', this.config, async (client) => {
+      while (!this.stopping) {
+        await this.sleep(Math.max(this.lease / 3, 0.05));
+        for (const [id, token] of [...this.inHand]) {
+          const { rows } = await client.query(SQL.heartbeat, [id, token, interval(this.lease)]);
+          if (!rows[0].kept && this.inHand.has(id)) this.lost.add(id);
+        }
+      }
+    });
+  }
+}
+
+function claimFrom(row, client) {
+  const c = row.ctx;
+  return {
+    id: toId(row.id), fsm: row.fsm, version: row.version, step: row.step, state: row.state, token: row.token,
+    ctx: {
+      id: toId(c.id), fsm: c.fsm, version: c.version, step: c.step, attempt: c.attempt,
+      correlationKey: c.correlation_key ?? null, signals: c.signals ?? [], children: c.children ?? [],
+      timedOut: Boolean(c.timed_out), queue: c.queue, connection: client,
+    },
+  };
+}
+
+module.exports = { Worker, NotifyWatch, Backoff };

@@ -1,0 +1,131 @@
+'use strict';
+// Client: each API call, its results and its errors.
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const pg = require('pg');
+const { Client, behindPooler } = require('..');
+const { DSN, admin, scope } = require('./support');
+
+const HANDLER = 'public.node_client_step(jsonb, gd.context)';
+
+before(async () => {
+  const db = await admin();
+  await db.query(`
+CREATE OR REPLACE FUNCTION public.node_client_step(state jsonb, ctx gd.context) RETURNS gd.outcome
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF ctx.step = 'start' AND state ? 'wait' THEN
+        RETURN gd_wait_signal(ARRAY['go'], then_step => 'finish');
+    ELSIF ctx.step = 'start' THEN
+        RETURN gd_next('finish', state || '{"started": true}');
+    ELSIF state ? 'fail' THEN
+        RAISE EXCEPTION 'asked to fail';
+    END IF;
+    RETURN gd_done(jsonb_build_object('state', state, 'signals', jsonb_array_length(coalesce(ctx.signals, '[]'))));
+END $$`);
+  await db.end();
+});
+
+async function setup(t) {
+  const s = await scope();
+  const fsm = s.name('order');
+  await s.define(fsm, 'start', { start: HANDLER, finish: { handler: HANDLER, max_attempts: 1 } });
+  const client = await Client.connect(DSN);
+  t.after(async () => { await client.end(); await s.end(); });
+  return { s, fsm, client };
+}
+
+test('insert, drain, wait and get', async (t) => {
+  const { s, fsm, client } = await setup(t);
+  const id = await client.insert(fsm, { sku: 'tea' }, { correlationKey: s.name('key'), priority: 3 });
+  assert.equal(typeof id, 'number');
+  assert.equal(await client.drain(s.queue), 2);
+  const settled = await client.wait(id, { timeout: 5, until: 'terminal' });
+  assert.deepEqual(settled, { status: 'done', step: 'finish', attempt: 1,
+    result: { state: { sku: 'tea', started: true }, signals: 0 }, error: null });
+  const row = await client.get(id);
+  assert.deepEqual([row.id, row.fsm, row.status, row.queue, row.correlationKey],
+    [id, fsm, 'done', s.queue, s.name('key')]);
+  assert.equal(await client.get(-1), null);
+});
+
+test('insert options, duplicates and scheduling', async (t) => {
+  const { s, fsm, client } = await setup(t);
+  const key = s.name('dup');
+  const first = await client.insert(fsm, {}, { correlationKey: key });
+  assert.equal(await client.insert(fsm, {}, { correlationKey: key, onDuplicate: 'existing' }), first);
+  assert.equal(await client.insert(fsm, {}, { correlationKey: key, onDuplicate: 'skip' }), null);
+  await assert.rejects(client.insert(fsm, {}, { correlationKey: key }), { code: '23505' });
+  const later = await client.insert(fsm, {}, { scheduleIn: 3600 });
+  assert.equal(await client.drain(s.queue), 2);
+  assert.equal((await s.status(later)).status, 'runnable');
+  assert.equal(await client.drain(s.queue, { withScheduled: true }), 2);
+  assert.equal((await s.status(later)).status, 'done');
+  await assert.rejects(client.insert(fsm, {}, { colour: 'red' }), TypeError);
+});
+
+test('insertAll', async (t) => {
+  const { s, fsm, client } = await setup(t);
+  const ids = await client.insertAll(fsm, [0, 1, 2, 3, 4].map((n) => ({ state: { n } })));
+  assert.equal(ids.length, 5);
+  assert.equal(await client.drain(s.queue), 10);
+});
+
+test('signal: dedup and missingOk', async (t) => {
+  const { s, fsm, client } = await setup(t);
+  const key = s.name('parked');
+  const id = await client.insert(fsm, { wait: true }, { correlationKey: key });
+  await client.drain(s.queue);
+  assert.equal((await client.wait(id)).status, 'awaiting');
+  assert.equal(await client.signal(key, 'go', { amount: 5 }, { dedupKey: 'evt-1' }), true);
+  assert.equal(await client.signal(key, 'go', { amount: 5 }, { dedupKey: 'evt-1' }), false);
+  await client.drain(s.queue);
+  assert.equal((await client.wait(id)).result.signals, 1);
+  assert.equal(await client.signal(key, 'go', {}, { missingOk: true }), null);
+  await assert.rejects(client.signal(key, 'go'), { code: 'P0002' });
+});
+
+test('cancel and retry', async (t) => {
+  const { s, fsm, client } = await setup(t);
+  const parked = await client.insert(fsm, { wait: true });
+  await client.drain(s.queue);
+  assert.equal(await client.cancel(parked, 'no longer wanted'), true);
+  assert.equal(await client.cancel(parked), false);
+  assert.equal((await client.get(parked)).error.kind, 'cancelled');
+  const failing = await client.insert(fsm, { fail: true });
+  await client.drain(s.queue);
+  assert.equal((await s.status(failing)).status, 'failed');
+  assert.equal(await client.retry(failing), true);
+  assert.deepEqual(await s.status(failing), { status: 'runnable', step: 'finish', attempt: 1 });
+});
+
+test('errors carry the SQLSTATE and a gen_durable: message', async (t) => {
+  const { s, fsm, client } = await setup(t);
+  await assert.rejects(client.insert(s.name('nope')), (e) => e.code === '42704' && e.message.startsWith('gen_durable:'));
+  await assert.rejects(client.insert(fsm, [1, 2]), { code: '22023' });
+  await assert.rejects(client.wait(1, { until: 'someday' }), { code: '22023' });
+});
+
+test('an insert inside your transaction commits with it, or not at all', async (t) => {
+  const { fsm, client: own } = await setup(t);
+  const mine = new pg.Client({ connectionString: DSN });
+  await mine.connect();
+  t.after(() => mine.end());
+  const client = new Client(mine);
+  await mine.query('BEGIN');
+  const kept = await client.insert(fsm);
+  await mine.query('COMMIT');
+  await mine.query('BEGIN');
+  const dropped = await client.insert(fsm);
+  await mine.query('ROLLBACK');
+  assert.notEqual(await own.get(kept), null);
+  assert.equal(await own.get(dropped), null);
+});
+
+test('behindPooler', () => {
+  assert.equal(behindPooler(6432, '5432'), true);
+  assert.equal(behindPooler(5432, '5432'), false);
+  assert.equal(behindPooler(undefined, '5432'), false);
+});
+
+after(() => {});

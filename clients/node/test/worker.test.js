@@ -1,0 +1,218 @@
+'use strict';
+// Worker: external steps on several queues, the batch transaction, failed
+// attempts, lost leases, unhandled steps, draining, reconnecting.
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const { Client, Worker, nextStep, done, waitSignal, spawn, retry, stop } = require('..');
+const { NotifyWatch } = require('../lib/worker');
+const { DSN, scope, captureLog } = require('./support');
+
+async function setup(t) {
+  const s = await scope();
+  const otherQueue = `${s.queue}_b`;
+  const fsm = s.name('ship');
+  // pack (external, the FSM's queue) -> label (external, a queue of its own) -> end
+  await s.define(fsm, 'pack', { pack: null, label: { queue: otherQueue, max_attempts: 2 }, end: null });
+  await s.db.query(`CREATE TABLE effects_${s.tag} (instance bigint, step text, attempt int)`);
+  const client = await Client.connect(DSN);
+  t.after(async () => {
+    await s.db.query(`DROP TABLE effects_${s.tag}`);
+    await client.end();
+    await s.end();
+  });
+  const record = (ctx) => ctx.connection.query(`INSERT INTO effects_${s.tag} VALUES ($1, $2, $3)`,
+    [ctx.id, ctx.step, ctx.attempt]);
+  const handlers = (overrides = {}) => ({
+    [`${fsm}/pack`]: async (state, ctx) => { await record(ctx); return nextStep('label', { ...state, packed: true }); },
+    [`${fsm}/label`]: async (state, ctx) => { await record(ctx); return nextStep('end'); },
+    [`${fsm}/end`]: async (state, ctx) => { await record(ctx); return done({ n: state.n, packed: state.packed }); },
+    ...overrides,
+  });
+  const worker = (h, options = {}) => new Worker(DSN, {
+    handlers: h, queues: [s.queue, otherQueue], poll: 0.5, lease: 5, name: s.name('w'), log: captureLog(), ...options,
+  });
+  const effects = async () => (await s.db.query(
+    `SELECT instance::int, step, attempt FROM effects_${s.tag} ORDER BY 1, 2, 3`)).rows;
+  return { s, fsm, otherQueue, client, handlers, worker, record, effects };
+}
+
+/** Run the worker for the callback, then stop it and wait for its drain. */
+async function running(worker, body) {
+  const run = worker.run({ signals: false });
+  try {
+    await body();
+  } finally {
+    worker.stop();
+    await run;
+  }
+}
+
+test('several queues, concurrency, and writes that commit exactly once with their outcomes', async (t) => {
+  const { s, fsm, client, handlers, worker, effects } = await setup(t);
+  const ids = await client.insertAll(fsm, Array.from({ length: 30 }, (_, n) => ({ state: { n } })));
+  await running(worker(handlers(), { concurrency: 3, batch: 4 }), () => s.allIn(ids));
+  const { rows } = await s.db.query("SELECT result->>'n' AS n FROM gd.instances WHERE id = ANY($1)", [ids]);
+  assert.deepEqual(rows.map((r) => Number(r.n)).sort((a, b) => a - b), [...Array(30).keys()]);
+  const all = await effects();
+  assert.equal(all.length, 90);
+  assert.equal(new Set(all.map((e) => JSON.stringify(e))).size, 90);
+});
+
+test('a raising handler is a failed attempt and its writes are undone', async (t) => {
+  const { s, fsm, client, handlers, worker, record, effects } = await setup(t);
+  const calls = [];
+  const id = await client.insert(fsm, { n: 1 });
+  await running(worker(handlers({
+    [`${fsm}/label`]: async (state, ctx) => {
+      await record(ctx);
+      calls.push(ctx.attempt);
+      if (ctx.attempt === 1) throw new Error('the label printer jammed');
+      return nextStep('end');
+    },
+  })), () => s.allIn([id]));
+  assert.deepEqual(calls, [1, 2]);
+  assert.deepEqual((await effects()).map((e) => [e.step, e.attempt]), [['end', 1], ['label', 2], ['pack', 1]]);
+});
+
+test('bad outcomes fail their attempt alone', async (t) => {
+  const { s, fsm, client, handlers, worker } = await setup(t);
+  const ids = await client.insertAll(fsm, [0, 1, 2, 3].map((n) => ({ state: { n } })));
+  await running(worker(handlers({
+    [`${fsm}/label`]: async (state) => {
+      if (state.n === 0) return nextStep('no_such_step');
+      if (state.n === 1) return 'not an outcome';
+      return nextStep('end');
+    },
+  }), { batch: 10 }), async () => {
+    await s.allIn(ids.slice(2));
+    await s.allIn(ids.slice(0, 2), 'failed');
+  });
+  const { rows } = await s.db.query(
+    "SELECT error->>'kind' AS kind, error->>'message' AS message FROM gd.instances WHERE id = ANY($1) ORDER BY id",
+    [ids.slice(0, 2)]);
+  assert.equal(rows[0].kind, 'retry');
+  assert.match(rows[0].message, /no_such_step/);
+  assert.match(rows[1].message, /not an outcome/);
+});
+
+test('every outcome', async (t) => {
+  const { s, client, worker } = await setup(t);
+  const fsm = s.name('all');
+  const child = s.name('child');
+  await s.define(child, 'work', { work: null });
+  await s.define(fsm, 'a', { a: null, b: null, c: null, d: null, e: null });
+  const stopped = await client.insert(fsm, {}, { step: 'e' });
+  const id = await client.insert(fsm);
+  await running(worker({
+    [`${fsm}/a`]: () => waitSignal(['go'], { timeout: 60, thenStep: 'b' }),
+    [`${fsm}/b`]: (state, ctx) => spawn([{ fsm: child }, { fsm: child }], 'c', { signal: ctx.signals[0].payload }),
+    [`${fsm}/c`]: (state, ctx) => nextStep('d', { ...state, children: ctx.children.length }, 0.1),
+    [`${fsm}/d`]: (state, ctx) => (ctx.attempt === 1 ? retry({ why: 'once more' }, 0) : nextStep('e', state)),
+    [`${fsm}/e`]: (state) => (Object.keys(state).length ? done(state) : stop({ empty: true })),
+    [`${child}/work`]: () => done({ child: true }),
+  }, { queues: [s.queue] }), async () => {
+    await s.until(async () => (await s.status(id)).status === 'awaiting_signal', 'the wait');
+    await client.signal(id, 'go', { paid: 3 });
+    await s.allIn([id]);
+    await s.allIn([stopped], 'failed');
+  });
+  assert.deepEqual((await client.get(id)).result, { signal: { paid: 3 }, children: 2 });
+  assert.equal((await client.get(stopped)).error.kind, 'stop');
+});
+
+test('steps without a handler are released, no attempt counted', async (t) => {
+  const { s, fsm, client, handlers, worker } = await setup(t);
+  const id = await client.insert(fsm, { n: 1 });
+  const h = handlers();
+  delete h[`${fsm}/pack`];
+  const w = worker(h, { poll: 0.2 });
+  await running(w, () => s.until(async () => w.log.messages.some((m) => m.includes('no handler')), 'the release'));
+  assert.deepEqual(await s.status(id), { status: 'runnable', step: 'pack', attempt: 1 });
+});
+
+test('a lost lease rolls the batch back', async (t) => {
+  const { s, fsm, client, handlers, worker, record, effects } = await setup(t);
+  let entered;
+  const inside = new Promise((r) => { entered = r; });
+  let goOn;
+  const released = new Promise((r) => { goOn = r; });
+  const id = await client.insert(fsm, { n: 1, packed: true }, { step: 'label' });
+  const w = worker(handlers({
+    [`${fsm}/label`]: async (state, ctx) => {
+      await record(ctx);
+      entered();
+      if (ctx.attempt === 1) await released;
+      return nextStep('end');
+    },
+  }), { lease: 60 });
+  await running(w, async () => {
+    await inside;
+    await s.db.query("UPDATE gd._instances SET lease_expires_at = now() - interval '1 second' WHERE id = $1", [id]);
+    await s.db.query('SELECT gd._reclaim_leases(10)');
+    goOn();
+    await s.until(async () => w.log.messages.some((m) => m.includes('were lost')), 'the lost lease');
+    await s.allIn([id]);
+  });
+  assert.deepEqual((await effects()).map((e) => [e.step, e.attempt]), [['end', 1], ['label', 2]]);
+});
+
+test('stop drains the batch in hand', async (t) => {
+  const { s, fsm, client, handlers, worker, record, otherQueue } = await setup(t);
+  let entered;
+  const inside = new Promise((r) => { entered = r; });
+  const ids = await client.insertAll(fsm, [0, 1, 2, 3, 4].map((n) => ({ step: 'label', state: { n, packed: true } })));
+  const w = worker(handlers({
+    [`${fsm}/label`]: async (state, ctx) => {
+      await record(ctx);
+      entered();
+      await new Promise((r) => setTimeout(r, 500));
+      return nextStep('end');
+    },
+  }), { queues: [otherQueue], batch: 5 });
+  const run = w.run({ signals: false });
+  await inside;
+  w.stop();
+  await run;
+  const { rows } = await s.db.query(
+    'SELECT step, status, attempt, lease_owner FROM gd.instances WHERE id = ANY($1) ORDER BY id', [ids]);
+  assert.deepEqual(rows[0], { step: 'end', status: 'runnable', attempt: 1, lease_owner: null });
+  assert.deepEqual(rows.slice(1), Array(4).fill({ step: 'label', status: 'runnable', attempt: 1, lease_owner: null }));
+});
+
+test('reconnects after its connections are killed', async (t) => {
+  const { s, fsm, client, handlers, worker } = await setup(t);
+  const ids = await client.insertAll(fsm, [0, 1, 2].map((n) => ({ state: { n } })));
+  const w = worker(handlers());
+  await running(w, async () => {
+    await s.allIn(ids);
+    await s.db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1',
+      [`gd worker ${s.name('w')}`]);
+    const more = await client.insertAll(fsm, [3, 4, 5].map((n) => ({ state: { n } })));
+    await s.allIn(more);
+  });
+  assert.ok(w.log.messages.some((m) => m.includes('reconnecting')));
+});
+
+test('queues default to those the steps are defined on', async (t) => {
+  const { s, otherQueue, handlers } = await setup(t);
+  const w = new Worker(DSN, { handlers: handlers(), name: s.name('w') });
+  await w.resolveQueues();
+  assert.deepEqual([...w.queues].sort(), [s.queue, otherQueue].sort());
+});
+
+test('NotifyWatch warns once when polls find work and LISTEN hears nothing', () => {
+  const log = captureLog();
+  const watch = new NotifyWatch('w', false, log);
+  watch.afterWait(true, 3);
+  watch.afterWait(false, 0);
+  watch.afterWait(false, 2);
+  watch.afterWait(false, 2);
+  assert.equal(log.messages.length, 0);
+  watch.afterWait(false, 2);
+  watch.afterWait(false, 2);
+  assert.equal(log.messages.length, 1);
+  const quiet = new NotifyWatch('w', false, captureLog());
+  quiet.heard();
+  for (let i = 0; i < 10; i++) quiet.afterWait(false, 1);
+  assert.equal(quiet.log.messages.length, 0);
+});

@@ -1,0 +1,28 @@
+# The Node.js client (clients/node, with npm's pg from its package-lock.json,
+# installed by check.sh): its own test suite (clients/node/test, node:test)
+# runs against a cluster, each JavaScript test one assertion here.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use GdTest;
+
+my $client = "$ENV{TESTDIR}/../clients/node";
+die "no node_modules/pg in $client: its dependencies were not installed (gd_node_client_deps)"
+  unless -d "$client/node_modules/pg";
+my $node = GdTest::start_node('node_client');
+$node->safe_psql('postgres', 'CREATE EXTENSION gen_durable');
+
+local $ENV{GD_TEST_DSN} = 'postgresql://' . $node->host =~ s{/}{%2F}gr . ':' . $node->port . '/postgres';
+my ($out, $err) = run_command(['node', '--test', '--test-reporter=tap', glob("$client/test/*.test.js")]);
+my @results = $out =~ /^(ok|not ok) \d+ - (.+)$/mg;
+cmp_ok(scalar(@results) / 2, '>=', 18, 'the JavaScript suite ran') or diag "$out\n$err";
+while (my ($verdict, $name) = splice(@results, 0, 2))
+{
+	is($verdict, 'ok', "node: $name");
+}
+like($out, qr/^# fail 0$/m, 'the JavaScript suite passed') or diag $out;
+
+$node->stop;
+done_testing();
