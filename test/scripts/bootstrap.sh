@@ -41,6 +41,7 @@ GD_PACKAGES=(
     libipc-run-perl           # PostgreSQL::Test::Utils needs IPC::Run
     python3-psycopg           # the Python client (clients/python), run by TAP tests
     python3-venv              # its installation test (pip install into a venv)
+    pgbouncer                 # the connection pooler test (049_poolers)
     util-linux                # runuser
 )
 
