@@ -66,4 +66,25 @@ SELECT t.try($$SELECT gd_next('a', delay => '-1s')$$);
 SELECT t.try($$SELECT gd_retry('{}'::jsonb, '-5 minutes')$$);
 SELECT gd_retry(NULL::jsonb);
 SELECT gd_done(), gd_stop(NULL);
+-- gd_outcome builds the same outcome as the constructor its "kind" names.
+SELECT k.name, gd_outcome(k.json) IS NOT DISTINCT FROM k.built AS same
+  FROM (VALUES
+    ('next', '{"kind": "next", "step": "b", "state": {"n": 1}, "delay": "5 seconds"}'::jsonb,
+     gd_next('b', '{"n": 1}', '5 seconds')),
+    ('retry', '{"kind": "retry", "error": {"why": "busy"}, "backoff": "2s"}', gd_retry('{"why": "busy"}'::jsonb, '2s')),
+    ('retry without error', '{"kind": "retry"}', gd_retry('{}'::jsonb)),
+    ('wait_signal', '{"kind": "wait_signal", "names": ["paid", "void"], "timeout": "1h", "then_step": "ship"}',
+     gd_wait_signal('{paid,void}', '1h', 'ship')),
+    ('spawn', '{"kind": "spawn", "children": [{"fsm": "c"}], "then_step": "join"}',
+     gd_spawn('[{"fsm": "c"}]', 'join')),
+    ('done', '{"kind": "done", "result": {"ok": true}}', gd_done('{"ok": true}')),
+    ('done without result', '{"kind": "done"}', gd_done()),
+    ('stop', '{"kind": "stop", "error": {"why": "no"}}', gd_stop('{"why": "no"}'))) AS k(name, json, built)
+ ORDER BY k.name;
+-- ... and refuses what no constructor would.
+SELECT t.try($$SELECT gd_outcome('{"kind": "explode"}')$$);
+SELECT t.try($$SELECT gd_outcome('{"step": "b"}')$$);
+SELECT t.try($$SELECT gd_outcome('{"kind": "next"}')$$);
+SELECT t.try($$SELECT gd_outcome('{"kind": "next", "step": "b", "delay": "-1s"}')$$);
+SELECT t.try($$SELECT gd_outcome(NULL)$$);
 SELECT t.try($$SELECT gd._execute('steps', 0)$$);

@@ -341,7 +341,7 @@ is(superuser(q{
 	 WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'gd\_%'
 	   AND has_function_privilege('public', p.oid, 'EXECUTE')}),
 	'gd_await, gd_cancel, gd_claim, gd_complete, gd_complete_all, gd_define_fsm, gd_define_step, gd_done, gd_drain, gd_grant, '
-	  . 'gd_heartbeat, gd_insert, gd_insert_all, gd_next, gd_release, gd_retry, gd_revoke, gd_signal, gd_spawn, '
+	  . 'gd_heartbeat, gd_insert, gd_insert_all, gd_next, gd_outcome, gd_release, gd_retry, gd_revoke, gd_signal, gd_spawn, '
 	  . 'gd_stop, gd_wait_signal',
 	'PUBLIC executes the documented API, not its administration');
 is(sqlstate_as('bob', q{SELECT gd._count('step_done', 1000000000000)}), '42501', 'bob cannot count events');

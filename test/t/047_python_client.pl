@@ -10,7 +10,7 @@ use Test::More;
 use GdTest;
 
 my $client = "$ENV{TESTDIR}/../clients/python";
-my $node = GdTest::start_node('python_client');
+my $node = GdTest::start_node('python_client', 'gen_durable.queues' => 'default:1, shop:1');
 $node->safe_psql('postgres', 'CREATE EXTENSION gen_durable');
 
 # Debian's psycopg comes from the system's site packages.
@@ -35,6 +35,13 @@ while (my ($test, $where, $verdict) = splice(@results, 0, 3))
 	is($verdict, 'ok', "python: $where");
 }
 like($err, qr/^OK$/m, 'the Python suite passed') or diag $err;
+
+# The example of the README (examples/shop.sql, examples/shop_handlers.py), with the installed worker.
+is( GdTest::run_shop_example(
+		$node, "$venv/bin/python", '-m', 'gen_durable', 'worker', '--dsn', $node->connstr('postgres'),
+		'--handlers', "$ENV{TESTDIR}/../examples/shop_handlers.py", '--poll', 1),
+	qq{done {"paid": 5}\ndone {"paid": 7}\nfailed stop\nreceipts 2},
+	'the shop example: two orders paid (one on its second attempt), one stopped');
 
 $node->stop;
 done_testing();

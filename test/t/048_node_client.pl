@@ -11,7 +11,7 @@ use GdTest;
 my $client = "$ENV{TESTDIR}/../clients/node";
 die "no node_modules/pg in $client: its dependencies were not installed (gd_node_client_deps)"
   unless -d "$client/node_modules/pg";
-my $node = GdTest::start_node('node_client');
+my $node = GdTest::start_node('node_client', 'gen_durable.queues' => 'default:1, shop:1');
 $node->safe_psql('postgres', 'CREATE EXTENSION gen_durable');
 
 local $ENV{GD_TEST_DSN} = 'postgresql://' . $node->host =~ s{/}{%2F}gr . ':' . $node->port . '/postgres';
@@ -23,6 +23,17 @@ while (my ($verdict, $name) = splice(@results, 0, 2))
 	is($verdict, 'ok', "node: $name");
 }
 like($out, qr/^# fail 0$/m, 'the JavaScript suite passed') or diag $out;
+
+# The example (examples/shop.sql, examples/shop_worker.js), its require('gen-durable') resolved to clients/node.
+my $modules = $node->basedir . '/node_modules';
+mkdir $modules or die "mkdir $modules: $!";
+symlink($client, "$modules/gen-durable") or die "symlink: $!";
+{
+	local $ENV{NODE_PATH} = $modules;
+	is(GdTest::run_shop_example($node, 'node', "$ENV{TESTDIR}/../examples/shop_worker.js", $ENV{GD_TEST_DSN}),
+		qq{done {"paid": 5}\ndone {"paid": 7}\nfailed stop\nreceipts 2},
+		'the shop example in Node.js: two orders paid (one on its second attempt), one stopped');
+}
 
 $node->stop;
 done_testing();

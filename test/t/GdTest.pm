@@ -8,7 +8,9 @@ package GdTest;
 
 use strict;
 use warnings;
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
 use Test::More;
 
 # The settings every test node starts from, in postgresql.conf order.
@@ -75,6 +77,32 @@ sub external_worker
 	die 'python3-psycopg is not installed' unless system($python, '-c', 'import psycopg') == 0;
 	$ENV{PYTHONPATH} = $client;
 	return ($python, '-m', 'gen_durable', 'worker');
+}
+
+# run_shop_example($node, @worker_command): load examples/shop.sql into a node
+# whose gen_durable.queues serves 'shop', insert three orders (one paid at
+# once, one whose provider fails its first attempt, one with nothing to
+# charge), run the example's worker until they end and stop it.  Returns
+# their ends, "status result" per line, and the receipts written.
+sub run_shop_example
+{
+	my ($node, @worker_command) = @_;
+	my $examples = "$ENV{TESTDIR}/../examples";
+	$node->safe_psql('postgres', PostgreSQL::Test::Utils::slurp_file("$examples/shop.sql"));
+	my $ids = $node->safe_psql('postgres', q{
+SELECT string_agg(gd_insert('shop_order', o)::text, ',' ORDER BY n)
+  FROM unnest(ARRAY['{"amount": 5}', '{"amount": 7, "card": "flaky"}', '{"amount": 0}']::jsonb[])
+       WITH ORDINALITY AS x(o, n)});
+	my $worker = IPC::Run::start(\@worker_command, '>', \my $out, '2>', \my $err);
+	my $ended = $node->poll_query_until('postgres',
+		"SELECT count(*) = 3 FROM gd.instances WHERE id IN ($ids) AND status IN ('done', 'failed')");
+	$worker->signal('TERM');
+	$worker->finish;
+	diag("the example's worker said:\n$out$err") unless $ended;
+	return $node->safe_psql('postgres', qq{
+SELECT string_agg(i.status || ' ' || coalesce(i.result::text, i.error->>'kind'), E'\n' ORDER BY i.id)
+       || E'\nreceipts ' || (SELECT count(*) FROM shop.receipts)
+  FROM gd.instances i WHERE i.id IN ($ids)});
 }
 
 # done_query($ids): how many of the instances $ids (a comma list) are done.

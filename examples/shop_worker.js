@@ -1,0 +1,20 @@
+// The external 'charge' step of examples/shop.sql, in Node.js (clients/node installed: npm install ./clients/node):
+//
+//   node examples/shop_worker.js 'postgresql://app@localhost/app'
+const { Worker, nextStep, retry, stop } = require('gen-durable');
+
+const worker = new Worker(process.argv[2], { queues: ['shop'], log: console });
+
+// Charge the card through a payment provider (simulated here).  Runs outside
+// the database, so it may run more than once if a worker dies mid-step: pass
+// an idempotency key to the provider.
+worker.step('shop_order', 'charge', async (state, ctx) => {
+  const idempotencyKey = `order-${ctx.id}`;
+  const amount = state.amount ?? 0;
+  if (amount <= 0) return stop({ reason: 'nothing to charge', amount });
+  if (state.card === 'flaky' && ctx.attempt < 2) return retry({ reason: 'provider timeout' }, 0.5);
+  await new Promise((resolve) => setTimeout(resolve, 200)); // the provider's round trip
+  return nextStep('receipt', { ...state, charged: amount, payment_ref: idempotencyKey });
+});
+
+worker.run().then(() => process.exit(0), (e) => { console.error(e); process.exit(1); });
