@@ -59,27 +59,21 @@ void gd_register_await_cleanup()
     RegisterXactCallback(clear_at_transaction_end, nullptr);
 }
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_await_publish);
-PG_FUNCTION_INFO_V1(gd_written_here);
-
 /* gd._written_here(row_xmin xid) → boolean: did this transaction write the row (not yet committed)? */
-Datum gd_written_here(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_written_here)
 {
     PG_RETURN_BOOL(TransactionIdIsCurrentTransactionId(DatumGetTransactionId(PG_GETARG_DATUM(0))));
 }
-PG_FUNCTION_INFO_V1(gd_await_sleep);
 
 /* gd._await_publish(id bigint): wake me when this instance changes (0: stop). */
-Datum gd_await_publish(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_await_publish)
 {
     publish_awaited(PG_GETARG_INT64(0));
     PG_RETURN_VOID();
 }
 
 /* gd._await_sleep(milliseconds int): sleep until woken, the time passes, or a cancel. */
-Datum gd_await_sleep(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_await_sleep)
 {
     int32 timeout_ms = PG_GETARG_INT32(0);
     if (timeout_ms > 0) {
@@ -88,5 +82,4 @@ Datum gd_await_sleep(PG_FUNCTION_ARGS)
     }
     CHECK_FOR_INTERRUPTS();
     PG_RETURN_VOID();
-}
 }

@@ -15,6 +15,7 @@
  * Only plain data is live here: PostgreSQL errors propagate as usual.
  */
 #include "executor.hpp"
+#include "guard.hpp"
 #include "stats.hpp"
 
 extern "C" {
@@ -38,8 +39,6 @@ namespace {
 /* The claims among ($1 ids, $2 tokens) their tokens still own, locked in id order (then input order). */
 SPIPlanPtr owned_plan = nullptr;
 SPIPlanPtr expired_plan = nullptr;
-/* The completions' plain transitions, written together. */
-TransitionBatch completions;
 
 /* One claimed row, in the memory of the SPI connection that read it. */
 struct ClaimedRow {
@@ -109,8 +108,8 @@ struct Completion {
     bool completed; /* set by complete_claims */
 };
 
-/* Apply one owned claim's outcome, produced by `caller`; its transition joins the completions' batch. */
-void complete_claim(const ClaimedRow &claimed, HeapTupleHeader outcome, Oid caller)
+/* Apply one owned claim's outcome, produced by `caller`; its transition joins `completions`. */
+void complete_claim(TransitionBatch &completions, const ClaimedRow &claimed, HeapTupleHeader outcome, Oid caller)
 {
     const PickedInstance &row = claimed.row;
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
@@ -162,7 +161,8 @@ void complete_claims(Completion *claims, int n)
         elog(ERROR, "gen_durable: looking up %d claim%s failed", n, n == 1 ? "" : "s");
     SPITupleTable *owned = SPI_tuptable; /* kept: the transitions run statements of their own */
     uint64 owned_count = SPI_processed;
-    gd_begin_transitions(completions, "executing");
+    TransitionBatch completions;
+    gd_begin_transitions(completions, "executing", static_cast<int>(owned_count));
     int64 previous_id = 0;
     for (uint64 r = 0; r < owned_count; r++) {
         bool isnull;
@@ -173,7 +173,7 @@ void complete_claims(Completion *claims, int n)
             continue; /* named again: the first naming completed it */
         previous_id = claimed.row.id;
         int k = DatumGetInt32(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 3, &isnull)) - 1;
-        complete_claim(claimed, claims[k].outcome, caller);
+        complete_claim(completions, claimed, claims[k].outcome, caller);
         claims[k].completed = true;
     }
     gd_flush_transitions(completions);
@@ -205,19 +205,13 @@ int array_argument(ArrayType *array, Oid element_type, Datum **elements, bool **
 
 } // namespace
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_complete);
-PG_FUNCTION_INFO_V1(gd_complete_all);
-PG_FUNCTION_INFO_V1(gd_reclaim_leases);
-
 /*
  * gd_complete(id bigint, lease_token bigint, outcome gd.outcome) → boolean.
  * False when the token no longer owns the row (reclaimed, cancelled, or
  * already completed): the outcome is dropped.  A bad outcome raises 22023
  * and changes nothing: the claim is still the worker's.
  */
-Datum gd_complete(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_complete)
 {
     if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
         bad_argument("a claim is named by an instance id and its lease token, got NULL");
@@ -234,7 +228,7 @@ Datum gd_complete(PG_FUNCTION_ARGS)
  * → TABLE(id bigint, completed boolean): gd_complete for each position of
  * the three arrays, in one statement; one row per position, in order.
  */
-Datum gd_complete_all(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_complete_all)
 {
     if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
         bad_argument("gd_complete_all takes arrays of ids, lease tokens and outcomes, got NULL");
@@ -271,7 +265,7 @@ Datum gd_complete_all(PG_FUNCTION_ARGS)
 }
 
 /* gd._reclaim_leases(batch int) → int: reclaim up to batch expired leases. */
-Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_reclaim_leases)
 {
     int32 batch = PG_GETARG_INT32(0);
     if (batch < 1)
@@ -299,5 +293,4 @@ Datum gd_reclaim_leases(PG_FUNCTION_ARGS)
     }
     SPI_finish();
     PG_RETURN_INT32(count);
-}
 }

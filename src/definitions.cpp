@@ -16,7 +16,6 @@ extern "C" {
 #include "utils/lsyscache.h"
 }
 
-#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -33,29 +32,6 @@ std::string cache_key(const char *fsm, int version, const char *step)
     key += '\0';
     key += step;
     return key;
-}
-
-/* The C++ halves never call PostgreSQL; they report allocation failure as false. */
-bool cached_step(const char *fsm, int version, const char *step, const StepDefinition **found) noexcept
-{
-    try {
-        auto it = cache.find(cache_key(fsm, version, step));
-        *found = it == cache.end() ? nullptr : &it->second;
-        return true;
-    } catch (const std::bad_alloc &) {
-        return false;
-    }
-}
-
-bool remember_step(const char *fsm, int version, const char *step, const StepDefinition &def,
-                   const StepDefinition **stored) noexcept
-{
-    try {
-        *stored = &(cache[cache_key(fsm, version, step)] = def);
-        return true;
-    } catch (const std::bad_alloc &) {
-        return false;
-    }
 }
 
 /* The relations whose changes empty the cache, learnt when the cache is first filled. */
@@ -117,12 +93,6 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
     return true;
 }
 
-[[noreturn]] void out_of_memory()
-{
-    ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("gen_durable: out of memory caching step definitions")));
-    pg_unreachable();
-}
-
 } // namespace
 
 const StepDefinition *gd_find_step(const char *fsm, int version, const char *step)
@@ -131,17 +101,16 @@ const StepDefinition *gd_find_step(const char *fsm, int version, const char *ste
         CacheRegisterRelcacheCallback(forget_on_change, 0);
         invalidation_callback_registered = true;
     }
-    const StepDefinition *found = nullptr;
-    if (!cached_step(fsm, version, step, &found))
-        out_of_memory();
+    const StepDefinition *found = gd::cpp_entry([&]() -> const StepDefinition * {
+        auto it = cache.find(cache_key(fsm, version, step));
+        return it == cache.end() ? nullptr : &it->second;
+    });
     if (found != nullptr)
         return found;
     StepDefinition def{};
     if (!load_step(fsm, version, step, &def))
         return nullptr;
-    if (!remember_step(fsm, version, step, def, &found))
-        out_of_memory();
-    return found;
+    return gd::cpp_entry([&] { return &(cache[cache_key(fsm, version, step)] = def); });
 }
 
 bool gd_version_not_ready(const char *fsm, int version)
@@ -157,17 +126,12 @@ bool gd_version_not_ready(const char *fsm, int version)
     return SPI_processed == 0;
 }
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_definitions_changed);
-
 /* Statement trigger on gd._fsms and gd._steps: executors drop their caches at commit. */
-Datum gd_definitions_changed(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_definitions_changed)
 {
     if (!CALLED_AS_TRIGGER(fcinfo))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("gen_durable: gd._definitions_changed() must be called as a trigger")));
     CacheInvalidateRelcacheByRelid(RelationGetRelid(reinterpret_cast<TriggerData *>(fcinfo->context)->tg_relation));
     return PointerGetDatum(nullptr);
-}
 }

@@ -20,6 +20,7 @@
  * for a SECURITY DEFINER function.
  */
 #include "gen_durable.hpp"
+#include "guard.hpp"
 
 extern "C" {
 #include "catalog/pg_proc.h"
@@ -95,12 +96,7 @@ Oid gd_api_caller()
     return door_caller;
 }
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_door);
-PG_FUNCTION_INFO_V1(gd_caller);
-
-Datum gd_door(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_door)
 {
     DoorTarget *target = door_target(fcinfo);
     LOCAL_FCINFO(inner, FUNC_MAX_ARGS);
@@ -133,8 +129,7 @@ Datum gd_door(PG_FUNCTION_ARGS)
 }
 
 /* gd._caller() → oid: the role that called the door being run. */
-Datum gd_caller(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_caller)
 {
     PG_RETURN_OID(gd_api_caller());
-}
 }

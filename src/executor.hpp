@@ -142,16 +142,18 @@ void gd_write_transition(int64 id, const Transition &t);
  * indexes, constraints and triggers) per step.  The rows are the caller's,
  * locked since the pick or claim; a row no longer in `locked_status` (a
  * handler of the round ended its own instance, say) keeps what it has.
- * Callers own one batch each, start it with gd_begin_transitions, and flush
- * before their SPI connection ends.
+ * Callers own one batch each, start it with gd_begin_transitions (which
+ * allocates room for `capacity` transitions in CurrentMemoryContext), and
+ * flush before their SPI connection ends.
  */
 struct TransitionBatch {
     const char *locked_status; /* the status the rows were locked in */
     int count;
-    int64 ids[GD_MAX_BATCH];
-    Transition items[GD_MAX_BATCH];
+    int capacity;
+    int64 *ids;
+    Transition *items;
 };
-void gd_begin_transitions(TransitionBatch &batch, const char *locked_status);
+void gd_begin_transitions(TransitionBatch &batch, const char *locked_status, int capacity);
 void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transition &t);
 void gd_flush_transitions(TransitionBatch &batch);
 /* Both halves, for callers without a subtransaction (external completions). */

@@ -2,18 +2,24 @@
  * guard.hpp — the one boundary between C++ and PostgreSQL error handling.
  *
  * Two hazards, one guard each:
- *   - A C++ exception must never unwind into PostgreSQL frames.  Every
- *     function PostgreSQL calls runs its body through cpp_entry(), which
- *     catches everything and reports it with ereport(ERROR) only after the
- *     catch block has ended (no exception object alive during the longjmp).
+ *   - A C++ exception must never unwind into PostgreSQL frames (a C caller,
+ *     or a PG_TRY block whose jump buffer would be left dangling).
+ *     cpp_entry() runs C++ code, catches everything and reports it with
+ *     ereport(ERROR) only after the catch block has ended (no exception
+ *     object alive during the longjmp).  It wraps every function PostgreSQL
+ *     calls, by construction: SQL-callable functions are defined with
+ *     GD_SQL_FUNCTION and background workers' entry points with
+ *     GD_WORKER_ENTRY, never by hand.  Inside the engine it wraps the few
+ *     C++ operations that may throw (a container growing) where they are
+ *     called, since PostgreSQL frames may lie between them and the entry.
+ *     Code with a better answer than an ERROR catches for itself: a GUC
+ *     check hook rejects the value, the launcher keeps its previous plan.
  *   - A PostgreSQL ERROR (a longjmp) must never skip the destructors of live
  *     C++ objects.  Code that owns such objects calls PostgreSQL through
  *     pg_call(), which turns the ERROR into a C++ PgError exception; the
  *     exception unwinds normally and cpp_entry() re-throws the original
- *     PostgreSQL error, SQLSTATE and all.
- *
- * Functions that hold no C++ objects with destructors call PostgreSQL
- * directly: the guard is needed only where RAII objects are alive.
+ *     PostgreSQL error, SQLSTATE and all.  Everything else keeps its frames
+ *     trivially destructible: per-round data is palloc'd, not owned by C++.
  */
 #pragma once
 
@@ -24,6 +30,7 @@ extern "C" {
 }
 
 #include <exception>
+#include <new>
 #include <optional>
 #include <type_traits>
 
@@ -70,19 +77,23 @@ auto pg_call(F &&f) -> decltype(f())
 }
 
 /*
- * Run the body of a PostgreSQL-called function.  Returns f()'s value; any C++
- * exception becomes an ERROR raised after all exception objects are gone.
+ * Run C++ code for PostgreSQL: returns f()'s value; any C++ exception becomes
+ * an ERROR (53200 for std::bad_alloc) raised after all exception objects are
+ * gone.
  */
 template <class F>
 auto cpp_entry(F &&f) -> decltype(f())
 {
     ErrorData *pg_error = nullptr;
+    bool out_of_memory = false;
     char message[256];
     message[0] = '\0';
     try {
         return f();
     } catch (const PgError &e) {
         pg_error = e.edata();
+    } catch (const std::bad_alloc &) {
+        out_of_memory = true;
     } catch (const std::exception &e) {
         strlcpy(message, e.what(), sizeof(message));
     } catch (...) {
@@ -90,8 +101,41 @@ auto cpp_entry(F &&f) -> decltype(f())
     }
     if (pg_error)
         ReThrowError(pg_error);
+    if (out_of_memory)
+        ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("gen_durable: out of memory")));
     ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("gen_durable: internal error: %s", message)));
     pg_unreachable();
 }
 
 } // namespace gd
+
+/*
+ * Define a SQL-callable function (LANGUAGE c, fmgr version 1) whose body runs
+ * through cpp_entry:
+ *
+ *     GD_SQL_FUNCTION(gd_complete)
+ *     {
+ *         int64 id = PG_GETARG_INT64(0);
+ *         ...
+ *         PG_RETURN_BOOL(done);
+ *     }
+ */
+#define GD_SQL_FUNCTION(name)                                                                                  \
+    static Datum name##_body(FunctionCallInfo fcinfo);                                                          \
+    extern "C" {                                                                                               \
+    PG_FUNCTION_INFO_V1(name);                                                                                 \
+    }                                                                                                          \
+    Datum name(PG_FUNCTION_ARGS)                                                                               \
+    {                                                                                                          \
+        return gd::cpp_entry([fcinfo] { return name##_body(fcinfo); });                                         \
+    }                                                                                                          \
+    static Datum name##_body(FunctionCallInfo fcinfo)
+
+/* Define a background worker's entry point (bgw_function_name) whose body runs through cpp_entry. */
+#define GD_WORKER_ENTRY(name)                                                                                  \
+    static void name##_body(Datum arg);                                                                        \
+    extern "C" PGDLLEXPORT void name(Datum arg)                                                                \
+    {                                                                                                          \
+        gd::cpp_entry([arg] { name##_body(arg); });                                                             \
+    }                                                                                                          \
+    static void name##_body(Datum arg)

@@ -314,7 +314,7 @@ void gd_register_launcher()
     RegisterBackgroundWorker(&worker);
 }
 
-void gd_launcher_main(Datum)
+GD_WORKER_ENTRY(gd_launcher_main)
 {
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     pqsignal(SIGTERM, die);
@@ -325,5 +325,5 @@ void gd_launcher_main(Datum)
     gd_shared->launcher_proc = MyProc;
     LWLockRelease(gd_shared->lock);
     ereport(LOG, (errmsg("gen_durable: launcher started")));
-    gd::cpp_entry(launcher_loop);
+    launcher_loop();
 }

@@ -140,13 +140,8 @@ void gd_notify_external_at_commit(const char *queue)
     record(queue, GetCurrentTimestamp());
 }
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_notify_work_on_commit);
-PG_FUNCTION_INFO_V1(gd_external_work_changed);
-
 /* gd._notify_work_on_commit(queue text): NOTIFY gd_work, queue at commit. */
-Datum gd_notify_work_on_commit(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_notify_work_on_commit)
 {
     char queue[NAMEDATALEN];
     text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
@@ -158,7 +153,7 @@ Datum gd_notify_work_on_commit(PG_FUNCTION_ARGS)
  * Row trigger gd._external_work_changed(queue_column [, eligible_at_column]):
  * the new row is runnable external work of that queue.
  */
-Datum gd_external_work_changed(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_external_work_changed)
 {
     if (!CALLED_AS_TRIGGER(fcinfo))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
@@ -177,5 +172,4 @@ Datum gd_external_work_changed(PG_FUNCTION_ARGS)
                                   : GetCurrentTimestamp();
     record(queue, eligible_at);
     return PointerGetDatum(nullptr);
-}
 }

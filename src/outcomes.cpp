@@ -7,6 +7,7 @@
  * makes of an outcome is transition.cpp's.
  */
 #include "gen_durable.hpp"
+#include "guard.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"
@@ -129,15 +130,8 @@ bool gd_signal_names_ok(ArrayType *names)
     return count > 0;
 }
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_next);
-PG_FUNCTION_INFO_V1(gd_retry_outcome);
-PG_FUNCTION_INFO_V1(gd_wait_signal);
-PG_FUNCTION_INFO_V1(gd_spawn);
-
 /* gd_next(step text, state jsonb, delay interval) */
-Datum gd_next(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_next)
 {
     if (empty_text_argument(fcinfo, 0))
         bad_argument("gd_next needs a step");
@@ -147,7 +141,7 @@ Datum gd_next(PG_FUNCTION_ARGS)
 }
 
 /* gd_retry(error jsonb, backoff interval): a NULL error is {}. */
-Datum gd_retry_outcome(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_retry_outcome)
 {
     check_interval(fcinfo, 1, "backoff");
     Outcome outcome(fcinfo, "retry", {{ERROR_JSON, 0}, {BACKOFF, 1}});
@@ -157,7 +151,7 @@ Datum gd_retry_outcome(PG_FUNCTION_ARGS)
 }
 
 /* gd_wait_signal(names text[], timeout interval, then_step text, state jsonb) */
-Datum gd_wait_signal(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_wait_signal)
 {
     if (PG_ARGISNULL(0) || !gd_signal_names_ok(PG_GETARG_ARRAYTYPE_P(0)))
         bad_argument(psprintf("gd_wait_signal needs signal names, got %s",
@@ -168,7 +162,7 @@ Datum gd_wait_signal(PG_FUNCTION_ARGS)
 }
 
 /* gd_spawn(children jsonb, then_step text, state jsonb) */
-Datum gd_spawn(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_spawn)
 {
     if (PG_ARGISNULL(0) || !JB_ROOT_IS_ARRAY(PG_GETARG_JSONB_P(0)) || JB_ROOT_IS_SCALAR(PG_GETARG_JSONB_P(0)))
         bad_argument(psprintf("gd_spawn needs a JSON array of insert options, got %s",
@@ -177,5 +171,4 @@ Datum gd_spawn(PG_FUNCTION_ARGS)
         bad_argument("gd_spawn needs a then_step");
     check_state(fcinfo, 2);
     return Outcome(fcinfo, "schedule_childs", {{STEP, 1}, {STATE, 2}, {CHILDREN, 0}}).build();
-}
 }

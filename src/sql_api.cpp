@@ -80,23 +80,14 @@ int run_here(const char *what, text *queue_name, int32 limit, const DrainScope *
 
 } // namespace
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_configured_queues);
-PG_FUNCTION_INFO_V1(gd_engine_loaded);
-PG_FUNCTION_INFO_V1(gd_workers);
-PG_FUNCTION_INFO_V1(gd_execute);
-PG_FUNCTION_INFO_V1(gd_drain_round);
-PG_FUNCTION_INFO_V1(gd_interrupt_step);
-
 /* gd._execute(queue text, max int): run up to max runnable steps of the queue here. */
-Datum gd_execute(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_execute)
 {
     PG_RETURN_INT32(run_here("gd._execute", PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(1), nullptr));
 }
 
 /* gd._drain_round(queue text, max int, member oid, with_scheduled boolean): one round of gd_drain. */
-Datum gd_drain_round(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_drain_round)
 {
     DrainScope scope{PG_GETARG_OID(2), PG_GETARG_BOOL(3)};
     PG_RETURN_INT32(run_here("gd_drain", PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(1), &scope));
@@ -109,7 +100,7 @@ Datum gd_drain_round(PG_FUNCTION_ARGS)
  * round lets go of its row), or, for a step that ignored the cancel, end the
  * executor.  False when no executor runs a step of it.
  */
-Datum gd_interrupt_step(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_interrupt_step)
 {
     uint64 instance = static_cast<uint64>(PG_GETARG_INT64(0));
     bool terminate = PG_GETARG_BOOL(1);
@@ -130,29 +121,27 @@ Datum gd_interrupt_step(PG_FUNCTION_ARGS)
 }
 
 /* gd._configured_queues(): the queue names in gen_durable.queues. */
-Datum gd_configured_queues(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_configured_queues)
 {
-    Datum names = gd::cpp_entry([] {
-        std::vector<gd::QueueSetting> queues = gd::parse_queue_list(gd_queues_setting);
-        /* PostgreSQL calls with the vector alive: an ERROR must unwind it, not jump over it. */
-        return gd::pg_call([&] {
-            ArrayBuildState *built = initArrayResult(TEXTOID, CurrentMemoryContext, false);
-            for (const gd::QueueSetting &queue : queues)
-                accumArrayResult(built, CStringGetTextDatum(queue.name.c_str()), false, TEXTOID, CurrentMemoryContext);
-            return makeArrayResult(built, CurrentMemoryContext);
-        });
+    std::vector<gd::QueueSetting> queues = gd::parse_queue_list(gd_queues_setting);
+    /* PostgreSQL calls with the vector alive: an ERROR must unwind it, not jump over it. */
+    Datum names = gd::pg_call([&] {
+        ArrayBuildState *built = initArrayResult(TEXTOID, CurrentMemoryContext, false);
+        for (const gd::QueueSetting &queue : queues)
+            accumArrayResult(built, CStringGetTextDatum(queue.name.c_str()), false, TEXTOID, CurrentMemoryContext);
+        return makeArrayResult(built, CurrentMemoryContext);
     });
     PG_RETURN_DATUM(names);
 }
 
 /* gd._engine_loaded(): was the library loaded by shared_preload_libraries. */
-Datum gd_engine_loaded(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_engine_loaded)
 {
     PG_RETURN_BOOL(gd_shared != nullptr);
 }
 
 /* gd._workers(): the launcher and every running engine worker. */
-Datum gd_workers(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_workers)
 {
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
@@ -192,5 +181,4 @@ Datum gd_workers(PG_FUNCTION_ARGS)
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
     PG_RETURN_VOID();
-}
 }

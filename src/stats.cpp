@@ -6,6 +6,7 @@
  * a transaction that later rolls back stays counted.
  */
 #include "gen_durable.hpp"
+#include "guard.hpp"
 
 extern "C" {
 #include "fmgr.h"
@@ -74,14 +75,8 @@ StatEvent gd_step_event(const char *kind)
     pg_unreachable();
 }
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_stats);
-PG_FUNCTION_INFO_V1(gd_stats_reset);
-PG_FUNCTION_INFO_V1(gd_count_event);
-
 /* gd._stats(): one row per event: event, count, total_ms, max_ms, since. */
-Datum gd_stats(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_stats)
 {
     InitMaterializedSRF(fcinfo, 0);
     ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
@@ -103,7 +98,7 @@ Datum gd_stats(PG_FUNCTION_ARGS)
 }
 
 /* gd_stats_reset(): zero every counter. */
-Datum gd_stats_reset(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_stats_reset)
 {
     if (GdStats *s = stats())
         gd_stats_init(s);
@@ -111,7 +106,7 @@ Datum gd_stats_reset(PG_FUNCTION_ARGS)
 }
 
 /* gd._count(event text, amount bigint): count an event raised by SQL code. */
-Datum gd_count_event(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_count_event)
 {
     char *event = text_to_cstring(PG_GETARG_TEXT_PP(0));
     int64 amount = PG_GETARG_INT64(1);
@@ -123,5 +118,4 @@ Datum gd_count_event(PG_FUNCTION_ARGS)
         }
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("gen_durable: unknown event \"%s\"", event)));
     PG_RETURN_VOID();
-}
 }

@@ -30,18 +30,36 @@ extern "C" {
 #include "utils/typcache.h"
 }
 
-#include <boost/container/static_vector.hpp>
+#include <type_traits>
 
 namespace {
 
-/* The rows of the batch in hand: a global, so an ERROR's longjmp skips no destructor. */
-boost::container::static_vector<PickedInstance, GD_MAX_BATCH> batch;
-/* Their plain transitions, written together at the end of the round. */
-TransitionBatch round_transitions;
+/*
+ * The batch in hand, palloc'd in the round's memory context: nothing in it
+ * has a destructor for an ERROR's longjmp to skip, and each call of the
+ * runner has its own.
+ */
+struct Round {
+    const char *queue;
+    WorkerSlot *slot;          /* the executor's, or nullptr in a backend */
+    PickedInstance *rows;      /* the picked rows */
+    int count;
+    int *to_run;               /* per step to run: its row */
+    StepDefinition *definitions;
+    Transition *transitions;
+    int to_run_count;
+    TransitionBatch written;   /* the plain transitions, written together at the end */
+};
+static_assert(std::is_trivially_destructible_v<Round>, "a Round lives in palloc'd memory");
 
-} // namespace
+/* A batch run together raised: this process's next batch runs isolated. */
+bool last_batch_raised = false;
 
-namespace {
+template <class T>
+T *round_array(int count)
+{
+    return static_cast<T *>(palloc(sizeof(T) * Max(count, 1)));
+}
 
 /* What the first pass decided for a picked row. */
 enum class Disposition { handled, throttled, to_run };
@@ -95,14 +113,6 @@ Transition run_handler(const PickedInstance &row, const StepDefinition &def, con
     return t;
 }
 
-/* The picked rows to run, their definitions and transitions (globals: see `batch`). */
-StepDefinition definitions[GD_MAX_BATCH];
-Transition transitions[GD_MAX_BATCH];
-int to_run[GD_MAX_BATCH];
-int to_run_count = 0;
-/* A batch run together raised: the executor's next batch runs isolated. */
-bool last_batch_raised = false;
-
 /* Did gd_cancel of this row's instance stop its step (gd._interrupt_step)? */
 bool cancelled_by_gd_cancel(WorkerSlot *slot, const PickedInstance &row)
 {
@@ -116,9 +126,9 @@ bool cancelled_by_gd_cancel(WorkerSlot *slot, const PickedInstance &row)
  * the subtransaction rolled back (all their effects gone) and `*raising`
  * and `*started` saying which step raised and when it began.
  */
-ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first, int end, int *raising,
-                                 TimestampTz *started)
+ErrorData *run_in_subtransaction(Round &round, int first, int end, int *raising, TimestampTz *started)
 {
+    WorkerSlot *slot = round.slot;
     MemoryContext round_context = CurrentMemoryContext;
     ResourceOwner round_owner = CurrentResourceOwner;
     volatile int running = first;
@@ -128,12 +138,12 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
     PG_TRY();
     {
         for (running = first; running < end; running = running + 1) {
-            const PickedInstance &row = batch[to_run[running]];
+            const PickedInstance &row = round.rows[round.to_run[running]];
             if (slot != nullptr)
                 gd_worker_set_activity(slot, row.id);
             *started = GetCurrentTimestamp();
-            gd_note_step(row, definitions[running].timeout_ms);
-            transitions[running] = run_handler(row, definitions[running], queue);
+            gd_note_step(row, round.definitions[running].timeout_ms);
+            round.transitions[running] = run_handler(row, round.definitions[running], round.queue);
             gd_note_step_ended();
             CHECK_FOR_INTERRUPTS();
             gd_exit_if_postmaster_died();
@@ -152,7 +162,7 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
         gd_forget_handler_session_state(); /* session locks outlive the subtransaction */
         /* A cancel that is not the step's timeout nor its gd_cancel is the session's: never swallowed. */
         if (raised->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out &&
-            !cancelled_by_gd_cancel(slot, batch[to_run[Min(running, end - 1)]]))
+            !cancelled_by_gd_cancel(slot, round.rows[round.to_run[Min(running, end - 1)]]))
             ReThrowError(raised);
     }
     PG_END_TRY();
@@ -164,16 +174,16 @@ ErrorData *run_in_subtransaction(const char *queue, WorkerSlot *slot, int first,
 
 /* Record step i's failed attempt (it raised `edata`), without running it again: unless
  * gd_cancel stopped it, which ends the instance once this round lets go of its row. */
-void write_failed_attempt(WorkerSlot *slot, int i, ErrorData *edata, TimestampTz started)
+void write_failed_attempt(Round &round, int i, ErrorData *edata, TimestampTz started)
 {
-    const PickedInstance &row = batch[to_run[i]];
-    if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled_by_gd_cancel(slot, row)) {
+    const PickedInstance &row = round.rows[round.to_run[i]];
+    if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled_by_gd_cancel(round.slot, row)) {
         FreeErrorData(edata);
         return;
     }
-    Transition t = gd_retry_transition(row, definitions[i], gd_error_json(edata, row), -1);
+    Transition t = gd_retry_transition(row, round.definitions[i], gd_error_json(edata, row), -1);
     t.duration_us = GetCurrentTimestamp() - started;
-    gd_write_transition_batched(round_transitions, row.id, t);
+    gd_write_transition_batched(round.written, row.id, t);
     FreeErrorData(edata);
 }
 
@@ -182,16 +192,16 @@ void write_failed_attempt(WorkerSlot *slot, int i, ErrorData *edata, TimestampTz
  * that raises (or overruns its timeout, or returns a bad outcome) loses its
  * effects and records a failed attempt; the others go on.
  */
-void run_each_isolated(const char *queue, WorkerSlot *slot, int first, int end)
+void run_each_isolated(Round &round, int first, int end)
 {
     for (int i = first; i < end; i++) {
         int raising;
         TimestampTz started;
-        ErrorData *raised = run_in_subtransaction(queue, slot, i, i + 1, &raising, &started);
+        ErrorData *raised = run_in_subtransaction(round, i, i + 1, &raising, &started);
         if (raised == nullptr)
-            gd_write_transition_batched(round_transitions, batch[to_run[i]].id, transitions[i]);
+            gd_write_transition_batched(round.written, round.rows[round.to_run[i]].id, round.transitions[i]);
         else
-            write_failed_attempt(slot, i, raised, started);
+            write_failed_attempt(round, i, raised, started);
     }
 }
 
@@ -202,19 +212,19 @@ void run_each_isolated(const char *queue, WorkerSlot *slot, int first, int end)
  * failed without running it again, and the others run again isolated: their
  * effects commit once, as always.  Returns false when one raised.
  */
-bool run_together(const char *queue, WorkerSlot *slot)
+bool run_together(Round &round)
 {
     int raising;
     TimestampTz started;
-    ErrorData *raised = run_in_subtransaction(queue, slot, 0, to_run_count, &raising, &started);
+    ErrorData *raised = run_in_subtransaction(round, 0, round.to_run_count, &raising, &started);
     if (raised == nullptr) {
-        for (int i = 0; i < to_run_count; i++)
-            gd_write_transition_batched(round_transitions, batch[to_run[i]].id, transitions[i]);
+        for (int i = 0; i < round.to_run_count; i++)
+            gd_write_transition_batched(round.written, round.rows[round.to_run[i]].id, round.transitions[i]);
         return true;
     }
-    run_each_isolated(queue, slot, 0, raising); /* they ran in vain: again */
-    write_failed_attempt(slot, raising, raised, started);
-    run_each_isolated(queue, slot, raising + 1, to_run_count);
+    run_each_isolated(round, 0, raising); /* they ran in vain: again */
+    write_failed_attempt(round, raising, raised, started);
+    run_each_isolated(round, raising + 1, round.to_run_count);
     return false;
 }
 
@@ -226,32 +236,35 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     if (slot != nullptr)
         pg_atomic_write_u64(&slot->cancel_step, 0); /* a gd_cancel of an earlier round's step is done with */
     gd_prepare_handler_calls();
-    gd_begin_transitions(round_transitions, "runnable");
-    batch.resize(Min(limit, GD_MAX_BATCH));
-    int count = drain != nullptr
-                    ? gd_pick_to_drain(queue, static_cast<int>(batch.size()), batch.data(), batch_context, *drain)
-                    : gd_pick(queue, static_cast<int>(batch.size()), batch.data(), batch_context, slot);
+    int demand = Max(limit, 1);
+    Round &round = *static_cast<Round *>(palloc0(sizeof(Round)));
+    round.queue = queue;
+    round.slot = slot;
+    round.rows = round_array<PickedInstance>(demand);
+    gd_begin_transitions(round.written, "runnable", demand);
+    round.count = drain != nullptr ? gd_pick_to_drain(queue, demand, round.rows, batch_context, *drain)
+                                   : gd_pick(queue, demand, round.rows, batch_context, slot);
     gd_count(StatEvent::pick);
-    gd_count(StatEvent::pick_demand, batch.size());
-    gd_count(StatEvent::pick_rows, static_cast<uint64>(count));
-    batch.resize(count);
+    gd_count(StatEvent::pick_demand, static_cast<uint64>(demand));
+    gd_count(StatEvent::pick_rows, static_cast<uint64>(round.count));
+    round.to_run = round_array<int>(round.count);
+    round.definitions = round_array<StepDefinition>(round.count);
+    round.transitions = round_array<Transition>(round.count);
     int ran = 0;
-    to_run_count = 0;
-    for (int i = 0; i < count; i++) {
-        Disposition disposition = prepare_step(batch[i], definitions[to_run_count]);
+    for (int i = 0; i < round.count; i++) {
+        Disposition disposition = prepare_step(round.rows[i], round.definitions[round.to_run_count]);
         if (disposition == Disposition::to_run)
-            to_run[to_run_count++] = i;
+            round.to_run[round.to_run_count++] = i;
         if (disposition != Disposition::throttled)
             ran++;
     }
-    if (to_run_count == 1 || (to_run_count > 1 && last_batch_raised)) {
-        run_each_isolated(queue, slot, 0, to_run_count);
+    if (round.to_run_count == 1 || (round.to_run_count > 1 && last_batch_raised)) {
+        run_each_isolated(round, 0, round.to_run_count);
         last_batch_raised = false;
-    } else if (to_run_count > 1) {
-        last_batch_raised = !run_together(queue, slot);
+    } else if (round.to_run_count > 1) {
+        last_batch_raised = !run_together(round);
     }
-    gd_flush_transitions(round_transitions);
+    gd_flush_transitions(round.written);
     gd_release_concurrency_keys();
-    batch.clear();
     return ran;
 }

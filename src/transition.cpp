@@ -38,15 +38,30 @@ SPIPlanPtr batch_update_plan = nullptr;
 /* A concurrency key in its owner's key space. */
 struct OwnedKey {
     Oid owner;
-    const char *key; /* lives as long as the row it was read from */
+    const char *key;
 };
-/* Keys whose holders stopped running in this transaction. */
-OwnedKey keys_to_release[GD_MAX_BATCH];
+/* Keys whose holders stopped running in this transaction, in TopTransactionContext. */
+OwnedKey *keys_to_release = nullptr;
 int keys_to_release_count = 0;
+int keys_to_release_capacity = 0;
 
 void forget_keys_at_transaction_end(XactEvent, void *)
 {
-    keys_to_release_count = 0; /* an aborted runner leaves pointers to freed rows behind */
+    /* their memory goes with the transaction */
+    keys_to_release = nullptr;
+    keys_to_release_count = keys_to_release_capacity = 0;
+}
+
+void remember_key_to_release(Oid owner, const char *key)
+{
+    if (keys_to_release_count == keys_to_release_capacity) {
+        keys_to_release_capacity = Max(64, 2 * keys_to_release_capacity);
+        Size size = sizeof(OwnedKey) * keys_to_release_capacity;
+        keys_to_release = static_cast<OwnedKey *>(keys_to_release == nullptr
+                                                      ? MemoryContextAlloc(TopTransactionContext, size)
+                                                      : repalloc(keys_to_release, size));
+    }
+    keys_to_release[keys_to_release_count++] = OwnedKey{owner, MemoryContextStrdup(TopTransactionContext, key)};
 }
 
 int compare_ids(const void *a, const void *b)
@@ -332,11 +347,21 @@ void after_transition(int64 id, const Transition &t)
         gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
     }
     bool still_running = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "executing") == 0;
-    if (t.concurrency_key != nullptr && !still_running && keys_to_release_count < GD_MAX_BATCH)
-        keys_to_release[keys_to_release_count++] = OwnedKey{t.owner, t.concurrency_key};
+    if (t.concurrency_key != nullptr && !still_running)
+        remember_key_to_release(t.owner, t.concurrency_key);
     gd_wake_awaiters_at_commit(id);
 }
 
+
+Datum *datums(int count)
+{
+    return static_cast<Datum *>(palloc(sizeof(Datum) * count));
+}
+
+bool *flags(int count)
+{
+    return static_cast<bool *>(palloc(sizeof(bool) * count));
+}
 
 Datum array_of(Datum *values, bool *nulls, int count, Oid type)
 {
@@ -378,10 +403,13 @@ void gd_write_transition(int64 id, const Transition &t)
     after_transition(id, t);
 }
 
-void gd_begin_transitions(TransitionBatch &batch, const char *locked_status)
+void gd_begin_transitions(TransitionBatch &batch, const char *locked_status, int capacity)
 {
     batch.locked_status = locked_status;
-    batch.count = 0; /* an aborted caller may have left entries pointing to freed memory */
+    batch.count = 0;
+    batch.capacity = Max(capacity, 1);
+    batch.ids = static_cast<int64 *>(palloc(sizeof(int64) * batch.capacity));
+    batch.items = static_cast<Transition *>(palloc(sizeof(Transition) * batch.capacity));
 }
 
 void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transition &t)
@@ -389,7 +417,7 @@ void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transit
     /* Plain: what the batch's statement writes (it leaves the queues as they are). */
     bool plain = !t.moved && (strcmp(t.status, "runnable") == 0 || strcmp(t.status, "done") == 0 ||
                               strcmp(t.status, "failed") == 0);
-    if (!plain || batch.count >= GD_MAX_BATCH) {
+    if (!plain || batch.count >= batch.capacity) {
         gd_write_transition(id, t);
         return;
     }
@@ -423,10 +451,10 @@ void gd_flush_transitions(TransitionBatch &batch)
             11, types);
     }
     int n = batch.count;
-    Datum ids[GD_MAX_BATCH], statuses[GD_MAX_BATCH], steps[GD_MAX_BATCH], states[GD_MAX_BATCH],
-        attempts[GD_MAX_BATCH], eligible[GD_MAX_BATCH], results[GD_MAX_BATCH], errors[GD_MAX_BATCH],
-        externals[GD_MAX_BATCH], keeps[GD_MAX_BATCH];
-    bool state_nulls[GD_MAX_BATCH], result_nulls[GD_MAX_BATCH], error_nulls[GD_MAX_BATCH];
+    Datum *ids = datums(n), *statuses = datums(n), *steps = datums(n), *states = datums(n), *attempts = datums(n),
+          *eligible = datums(n), *results = datums(n), *errors = datums(n), *externals = datums(n),
+          *keeps = datums(n);
+    bool *state_nulls = flags(n), *result_nulls = flags(n), *error_nulls = flags(n);
     for (int i = 0; i < n; i++) {
         const Transition &t = batch.items[i];
         ids[i] = Int64GetDatum(batch.ids[i]);
@@ -469,7 +497,7 @@ void gd_flush_transitions(TransitionBatch &batch)
 void gd_release_concurrency_keys()
 {
     int count = keys_to_release_count;
-    keys_to_release_count = 0;
+    keys_to_release_count = 0; /* the array stays, for the transaction's next keys */
     if (count == 0)
         return;
     prepare_plans();

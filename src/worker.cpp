@@ -207,7 +207,7 @@ void log_stop(int, Datum)
         volatile long sleep_ms = 0;
         PG_TRY();
         {
-            sleep_ms = run_round();
+            sleep_ms = gd::cpp_entry(run_round); /* nothing thrown may cross this PG_TRY */
         }
         PG_CATCH();
         {
@@ -228,7 +228,7 @@ void gd_exit_if_postmaster_died()
         proc_exit(1); /* as WL_EXIT_ON_PM_DEATH does: the round in hand is lost, its rows stay runnable */
 }
 
-void gd_worker_main(Datum arg)
+GD_WORKER_ENTRY(gd_worker_main)
 {
     pqsignal(SIGHUP, SignalHandlerForConfigReload);
     pqsignal(SIGTERM, die);
