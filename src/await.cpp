@@ -10,6 +10,7 @@
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
+#include "pg_compat.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -24,9 +25,10 @@ namespace {
 
 AwaitSlot *my_await_slot()
 {
-    if (gd_shared == nullptr || MyBackendId < 1 || MyBackendId > MaxBackends)
+    int index = gd_my_backend_index();
+    if (gd_shared == nullptr || index < 0 || index >= MaxBackends)
         return nullptr;
-    return &gd_shared->await_slots[MyBackendId - 1];
+    return &gd_shared->await_slots[index];
 }
 
 void publish_awaited(int64 instance_id)

@@ -74,7 +74,7 @@ struct WorkerSlot {
     pg_atomic_uint64 cancel_step;   /* gd_cancel of the instance whose step this executor runs: stop it */
 };
 
-/* A backend blocked in gd_await, indexed by backend id. */
+/* A backend blocked in gd_await, indexed by gd_my_backend_index(). */
 struct AwaitSlot {
     pg_atomic_uint64 instance_id; /* 0 when not waiting */
     Oid database_oid;

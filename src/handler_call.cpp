@@ -28,6 +28,7 @@
  * wait, queue).
  */
 #include "executor.hpp"
+#include "pg_compat.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -104,7 +105,7 @@ Datum build_context(const PickedInstance &row, const char *queue)
 /* May the FSM's owner still execute the handler?  (A failed attempt otherwise: it may be granted again.) */
 void check_executable(const PickedInstance &row, const StepDefinition &def)
 {
-    if (pg_proc_aclcheck(def.handler, def.owner, ACL_EXECUTE) != ACLCHECK_OK)
+    if (!gd_may_execute_function(def.handler, def.owner))
         ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                         errmsg("gen_durable: role \"%s\", which handlers of FSM \"%s\" run as, may not execute %s",
                                GetUserNameFromId(def.owner, true), row.fsm, format_procedure(def.handler))));

@@ -1,0 +1,39 @@
+/*
+ * pg_compat.hpp — the PostgreSQL APIs the engine uses that later majors
+ * renamed or replaced, behind one name each.  Built and tested against
+ * PostgreSQL 15; the branches for 16 and later follow those releases'
+ * headers.
+ */
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+#include "catalog/pg_proc.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/acl.h"
+}
+
+#if PG_VERSION_NUM < 150000
+#error "gen_durable needs PostgreSQL 15 or later (shmem_request_hook)"
+#endif
+
+/* This backend's index among the MaxBackends regular backends' slots (17 renamed BackendId to ProcNumber). */
+inline int gd_my_backend_index()
+{
+#if PG_VERSION_NUM >= 170000
+    return MyProcNumber;
+#else
+    return MyBackendId - 1;
+#endif
+}
+
+/* May `role` execute `function`?  (16 replaced the per-catalog ACL checks with object_aclcheck.) */
+inline bool gd_may_execute_function(Oid function, Oid role)
+{
+#if PG_VERSION_NUM >= 160000
+    return object_aclcheck(ProcedureRelationId, function, role, ACL_EXECUTE) == ACLCHECK_OK;
+#else
+    return pg_proc_aclcheck(function, role, ACL_EXECUTE) == ACLCHECK_OK;
+#endif
+}
