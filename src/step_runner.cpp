@@ -9,9 +9,11 @@
  * does, the others run again each in its own (see run_together).  The
  * transitions are written in the round's own transaction, the plain ones
  * together at the end of the batch, so a step's effects and its instance's
- * new state commit together.
+ * new state commit together.  gd_cancel stops a step running here through
+ * gd._interrupt_step.
  */
 #include "executor.hpp"
+#include "guard.hpp"
 #include "stats.hpp"
 
 extern "C" {
@@ -30,6 +32,7 @@ extern "C" {
 #include "utils/typcache.h"
 }
 
+#include <csignal>
 #include <type_traits>
 
 namespace {
@@ -267,4 +270,31 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     gd_flush_transitions(round.written);
     gd_release_concurrency_keys();
     return ran;
+}
+
+/*
+ * gd._interrupt_step(instance bigint, terminate boolean) → boolean: stop the
+ * step of the instance an executor of this database is running now — cancel
+ * it (the executor records no attempt: gd_cancel ends the instance when the
+ * round lets go of its row), or, for a step that ignored the cancel, end the
+ * executor.  False when no executor runs a step of it.
+ */
+GD_SQL_FUNCTION(gd_interrupt_step)
+{
+    uint64 instance = static_cast<uint64>(PG_GETARG_INT64(0));
+    bool terminate = PG_GETARG_BOOL(1);
+    if (gd_shared == nullptr)
+        PG_RETURN_BOOL(false);
+    pid_t pid = 0;
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    for (WorkerSlot &slot : gd_shared->workers)
+        if (slot.kind == WorkerKind::executor && slot.database_oid == MyDatabaseId && slot.pid != 0 &&
+            pg_atomic_read_u64(&slot.current_instance) == instance) {
+            pg_atomic_write_u64(&slot.cancel_step, instance);
+            pid = slot.pid;
+        }
+    LWLockRelease(gd_shared->lock);
+    if (pid != 0)
+        (void) kill(pid, terminate ? SIGTERM : SIGINT);
+    PG_RETURN_BOOL(pid != 0);
 }

@@ -239,7 +239,7 @@ RETURNS TABLE (id bigint, completed boolean) LANGUAGE c AS 'MODULE_PATHNAME', 'g
 
 -- Reclaim up to `batch` expired leases: each step runs again at once with
 -- its attempt counted, or past max_attempts the instance fails.  Returns how
--- many (src/claims.cpp).
+-- many (src/claim_ends.cpp).
 CREATE OR REPLACE FUNCTION gd._reclaim_leases(batch int) RETURNS int
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_reclaim_leases';
 

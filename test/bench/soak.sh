@@ -31,7 +31,7 @@
 # figures, not pass/fail, and is not part of `make check`.
 #
 # The table settings under test are the schema's own (sql/src/10_schema.sql,
-# sql/src/80_observability.sql), printed at the start: fillfactor 80 on
+# sql/src/82_gc.sql), printed at the start: fillfactor 80 on
 # gd.instances (free room on each page for its rows' next versions), and
 # per-table autovacuum settings on both tables (vacuum scale factor 0.02 on
 # gd.instances, 0.05 on gd.signals, no cost delay).

@@ -1,7 +1,8 @@
 /*
- * claims.cpp — the C++ half of external workers: applying claimed steps'
- * outcomes (gd_complete, gd_complete_all) and reclaiming expired leases (the
- * reaper's gd._reclaim_leases).  Both go through the executor's own
+ * claim_ends.cpp — how an external worker's claim ends: its worker completes
+ * it with the step's outcome (gd_complete, gd_complete_all), or its lease
+ * expires and the reaper reclaims it (gd._reclaim_leases).  Claims are made
+ * by gd_claim (sql/src/70_external.sql).  Both go through the executor's own
  * transition path (gd_outcome_transition, gd_retry_transition, the batched
  * UPDATE), so an external step ends exactly as an in-database step with the
  * same outcome would, and the UPDATE clears the lease.

@@ -1,0 +1,196 @@
+-- ---------------------------------------------------------------------------
+-- Concurrency keys: at most a limit of holders of a key run at once
+-- ---------------------------------------------------------------------------
+-- An instance with concurrency_key 'name' or 'name:partition' runs only while
+-- fewer than the name's limit (1 if unconfigured) of instances holding that
+-- exact key are running (runnable or executing).  Keys belong to tenants: an
+-- instance counts only against instances of the same owner, so no role can
+-- occupy or see another's keys — unless an administrator made the name's
+-- limit shared (gd_set_concurrency_limit(..., shared => true)), and every
+-- owner's instances holding the key count together.  The others are
+-- "gated": runnable, but out of the pick indexes, so a key with a million
+-- waiting rows costs a pick nothing.  Admission and release under one key
+-- are serialised by a transaction-scoped advisory lock on it, so the count
+-- is exact; the state is the rows themselves, so a crash or an expired
+-- lease cannot leave a slot taken.
+
+CREATE TABLE IF NOT EXISTS gd._concurrency_limits (
+    name   text PRIMARY KEY,
+    max    int NOT NULL CHECK (max > 0),
+    shared boolean NOT NULL DEFAULT false   -- counted across owners, not per owner
+);
+
+-- Rows holding or waiting for a key.
+CREATE INDEX IF NOT EXISTS instances_key_running ON gd._instances (concurrency_key, owner)
+    WHERE concurrency_key IS NOT NULL AND NOT gated AND status IN ('runnable', 'executing');
+CREATE INDEX IF NOT EXISTS instances_key_gated ON gd._instances (concurrency_key, owner, priority, eligible_at, id)
+    WHERE gated AND status = 'runnable';
+
+-- The limit of a key: its name's, or 1 per owner when the name has none.
+CREATE OR REPLACE FUNCTION gd._key_limit(key text) RETURNS gd._concurrency_limits
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT l FROM gd._concurrency_limits l WHERE l.name = split_part(key, ':', 1)),
+                    ROW(split_part(key, ':', 1), 1, false)::gd._concurrency_limits)
+$$;
+
+-- How many instances hold the key and are running: of key_owner, or of every owner when shared.
+CREATE OR REPLACE FUNCTION gd._key_running(key_owner oid, key text, shared boolean) RETURNS int
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF shared THEN
+        RETURN (SELECT count(*) FROM gd._instances i
+                 WHERE i.concurrency_key = key AND NOT i.gated AND i.status IN ('runnable', 'executing'));
+    END IF;
+    RETURN (SELECT count(*) FROM gd._instances i
+             WHERE i.concurrency_key = key AND i.owner = key_owner AND NOT i.gated
+               AND i.status IN ('runnable', 'executing'));
+END $$;
+
+-- Serialise admission and release under one key, in one owner's key space
+-- (or in all of them for a shared limit), until the transaction ends.
+CREATE OR REPLACE FUNCTION gd._lock_key(key_owner oid, key text, shared boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    lock_id bigint := hashtextextended('gen_durable concurrency key '
+                                       || CASE WHEN shared THEN '' ELSE key_owner::text || '/' END || key, 0);
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(lock_id) THEN
+        PERFORM gd._count('concurrency_contended');
+        PERFORM pg_advisory_xact_lock(lock_id);
+    END IF;
+END $$;
+
+-- How many more instances of key_owner may run under the key now (locks the key).
+CREATE OR REPLACE FUNCTION gd._key_room(key_owner oid, key text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    policy gd._concurrency_limits := gd._key_limit(key);
+BEGIN
+    PERFORM gd._lock_key(key_owner, key, policy.shared);
+    RETURN policy.max - gd._key_running(key_owner, key, policy.shared);
+END $$;
+
+-- Should an instance of key_owner about to run under this key wait its turn?  Counts it.
+CREATE OR REPLACE FUNCTION gd._must_gate(key_owner oid, key text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF key IS NULL OR gd._key_room(key_owner, key) > 0 THEN
+        RETURN false;
+    END IF;
+    PERFORM gd._count('concurrency_throttled');
+    RETURN true;
+END $$;
+
+-- The best waiting instances under a key, as many as `room`: key_owner's,
+-- or for a shared limit every owner's (each owner's best, one index descent
+-- for each owner waiting, then the best of those).
+CREATE OR REPLACE FUNCTION gd._gated_best(key_owner oid, key text, shared boolean, room int) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT shared THEN
+        RETURN QUERY
+        SELECT w.id FROM gd._instances w
+         WHERE w.concurrency_key = key AND w.owner = key_owner AND w.gated AND w.status = 'runnable'
+         ORDER BY w.priority, w.eligible_at, w.id LIMIT room FOR UPDATE SKIP LOCKED;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH RECURSIVE owners(owner) AS (
+        (SELECT w.owner::oid FROM gd._instances w
+          WHERE w.concurrency_key = key AND w.gated AND w.status = 'runnable'
+          ORDER BY w.owner::oid LIMIT 1)
+        UNION ALL
+        SELECT n.owner FROM owners o CROSS JOIN LATERAL (
+            SELECT w.owner::oid AS owner FROM gd._instances w
+             WHERE w.concurrency_key = key AND w.gated AND w.status = 'runnable' AND w.owner::oid > o.owner
+             ORDER BY w.owner::oid LIMIT 1) n)
+    SELECT b.id FROM owners o CROSS JOIN LATERAL (
+        SELECT w.id, w.priority, w.eligible_at FROM gd._instances w
+         WHERE w.concurrency_key = key AND w.owner = o.owner AND w.gated AND w.status = 'runnable'
+         ORDER BY w.priority, w.eligible_at, w.id LIMIT room FOR UPDATE OF w SKIP LOCKED) b
+     ORDER BY b.priority, b.eligible_at, b.id LIMIT room;
+END $$;
+
+-- Let the best waiting instances under key_owner's key run, as far as there
+-- is room.  Returns how many.
+CREATE OR REPLACE FUNCTION gd._ungate(key_owner oid, key text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    room int := gd._key_room(key_owner, key);
+    admitted int := 0;
+    queue_name text;
+BEGIN
+    IF room <= 0 THEN
+        RETURN 0;
+    END IF;
+    FOR queue_name IN
+        UPDATE gd._instances i SET gated = false
+         WHERE i.id IN (SELECT gd._gated_best(key_owner, key, (gd._key_limit(key)).shared, room))
+        RETURNING i.queue
+    LOOP
+        PERFORM gd._wake_on_commit(queue_name);
+        admitted := admitted + 1;
+    END LOOP;
+    RETURN admitted;
+END $$;
+
+-- The reaper's repair: keys with waiting instances and room (only hand edits
+-- of gd._instances should leave any).  Counted as concurrency_repaired.
+CREATE OR REPLACE FUNCTION gd._repair_keys() RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    repaired int := 0;
+BEGIN
+    SELECT coalesce(sum(gd._ungate(k.owner, k.key)), 0) INTO repaired
+      FROM (SELECT DISTINCT w.owner::oid AS owner, w.concurrency_key AS key FROM gd._instances w
+             WHERE w.gated AND w.status = 'runnable') k
+     WHERE (gd._key_limit(k.key)).max > gd._key_running(k.owner, k.key, (gd._key_limit(k.key)).shared);
+    PERFORM gd._count('concurrency_repaired', repaired);
+    RETURN repaired;
+END $$;
+
+CREATE OR REPLACE FUNCTION gd._check_limit_name(name text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF name IS NULL OR name = '' OR position(':' IN name) > 0 OR octet_length(name) > 63 THEN
+        PERFORM gd._bad_argument(format('limit name must be a name of 1 to 63 bytes without '':'', got %s',
+                                        coalesce(quote_literal(left(name, 80)), 'NULL')));
+    END IF;
+    RETURN name;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.gd_set_concurrency_limit(name text, max int, shared boolean DEFAULT false)
+RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE OR REPLACE FUNCTION gd._set_concurrency_limit(name text, max int, shared boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+BEGIN
+    PERFORM gd._check_limit_name(name);
+    IF max IS NULL OR max < 1 THEN
+        PERFORM gd._bad_argument(format('concurrency limit %L must be at least 1, got %s',
+                                        name, coalesce(max::text, 'NULL')));
+    END IF;
+    IF shared IS NULL THEN
+        PERFORM gd._bad_argument(format('shared of concurrency limit %L must not be NULL', name));
+    END IF;
+    INSERT INTO gd._concurrency_limits AS l (name, max, shared) VALUES (name, max, shared)
+    ON CONFLICT ON CONSTRAINT _concurrency_limits_pkey DO UPDATE SET max = excluded.max, shared = excluded.shared;
+    -- a raised limit admits waiting instances now
+    PERFORM gd._ungate(k.owner, k.key)
+       FROM (SELECT DISTINCT w.owner::oid AS owner, w.concurrency_key AS key FROM gd._instances w
+              WHERE w.gated AND w.status = 'runnable' AND split_part(w.concurrency_key, ':', 1) = name
+              ORDER BY 2, 1) k;
+END $$;
+
+-- Back to the default of 1 per owner.
+CREATE OR REPLACE FUNCTION @extschema@.gd_drop_concurrency_limit(name text) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE OR REPLACE FUNCTION gd._drop_concurrency_limit(name text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+BEGIN
+    DELETE FROM gd._concurrency_limits l WHERE l.name = gd._check_limit_name(name);
+    RETURN FOUND;
+END $$;

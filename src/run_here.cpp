@@ -1,0 +1,64 @@
+/*
+ * run_here.cpp — steps run in the calling backend, in its transaction,
+ * exactly as an executor runs them: gd._execute (tests, manual stepping) and
+ * the rounds of gd_drain (a tenant's own test suite).
+ */
+#include "executor.hpp"
+#include "guard.hpp"
+
+extern "C" {
+#include "fmgr.h"
+#include "utils/builtins.h"
+}
+
+namespace {
+
+/* Run up to `limit` steps of the queue here, the drain's only when given.  Not
+ * from a handler (the runner is not reentrant), nor in a session with
+ * temporary objects, which the handlers' names would find. */
+int run_here(const char *what, text *queue_name, int32 limit, const DrainScope *drain)
+{
+    static bool running = false;
+    char queue[NAMEDATALEN];
+    text_to_cstring_buffer(queue_name, queue, sizeof(queue));
+    if (limit < 1 || limit > GD_MAX_BATCH)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: max must be between 1 and %d, got %d", GD_MAX_BATCH, limit)));
+    if (running)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("gen_durable: %s cannot run inside a step", what)));
+    if (!gd_session_may_run_handlers())
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("gen_durable: %s cannot run handlers in a session with temporary objects", what),
+                        errhint("Call it from a new session.")));
+    int ran = 0;
+    running = true;
+    PG_TRY();
+    {
+        SPI_connect();
+        ran = gd_execute_batch(queue, limit, nullptr, drain);
+        SPI_finish();
+    }
+    PG_FINALLY();
+    {
+        running = false;
+    }
+    PG_END_TRY();
+    return ran;
+}
+
+} // namespace
+
+/* gd._execute(queue text, max int): run up to max runnable steps of the queue here. */
+GD_SQL_FUNCTION(gd_execute)
+{
+    PG_RETURN_INT32(run_here("gd._execute", PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(1), nullptr));
+}
+
+/* gd._drain_round(queue text, max int, member oid, with_scheduled boolean): one round of gd_drain. */
+GD_SQL_FUNCTION(gd_drain_round)
+{
+    DrainScope scope{PG_GETARG_OID(2), PG_GETARG_BOOL(3)};
+    PG_RETURN_INT32(run_here("gd_drain", PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(1), &scope));
+}
+
