@@ -15,11 +15,11 @@
  * The statements that join an array of a batch's ids to their rows are
  * planned without nested loops and merge joins too: from an empty table's
  * statistics the planner nests the array inside the row scan, reading it
- * again for every row (n² for a batch of n; W1 ran at half speed).
+ * again for every row (n² for a batch of n).
  * And none is compiled by the JIT: a generic plan's LIMIT $n is costed as a
  * tenth of its input, so with a large backlog every pick's plan looks
- * expensive enough to compile, 20 ms each time, for a statement that reads
- * a few rows.  (Planning decides it, and it happens under these settings.)
+ * expensive enough to compile, each time, for a statement that reads a
+ * few rows.  (Planning decides it, and it happens under these settings.)
  * And every one runs, and is prepared, with search_path pinned to
  * pg_catalog, pg_temp: the engine runs as a superuser, so no name in its
  * statements may resolve to an object a user made.

@@ -210,7 +210,7 @@ void run_each_isolated(Round &round, int first, int end)
 
 /*
  * Run all the batch's handlers together in one subtransaction (one per step
- * costs a third of a simple step's time).  When one raises, that
+ * would weigh on a simple step as much as the step).  When one raises, that
  * subtransaction is rolled back, the raising step's attempt is recorded as
  * failed without running it again, and the others run again isolated: their
  * effects commit once, as always.  Returns false when one raised.

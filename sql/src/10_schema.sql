@@ -114,9 +114,8 @@ CREATE TABLE IF NOT EXISTS gd._instances (
     home_queue        text
     -- (fsm, version) names a row of gd._fsms: checked by every insert path, and
     -- gd._fsms refuses to lose a definition in use (gd._fsm_in_use below).  Not
-    -- a foreign key: its check per inserted row cost a third of a bulk insert
-    -- and locked the definition's row (FOR KEY SHARE) in every enqueuing
-    -- transaction.
+    -- a foreign key: its check would weigh on every inserted row and lock the
+    -- definition's row (FOR KEY SHARE) in every enqueuing transaction.
 ) WITH (fillfactor = 80);
 
 -- A definition with instances stays.  Weaker than a foreign key: an insert
@@ -155,8 +154,8 @@ CREATE OR REPLACE TRIGGER fsm_in_use_truncate BEFORE TRUNCATE ON gd._fsms
 -- engine's statements, gd_claim and gd_cancel also with jit = off: a generic
 -- plan's LIMIT $n is costed as a tenth of the rows (a recursive walk of a
 -- tree, as many), so with a large backlog every call of a statement that
--- touches a few rows would compile itself with LLVM first (20 ms a pick with
--- 1,000,000 waiting).  The others read rows by id: never that costly.
+-- touches a few rows would compile itself with LLVM first.  The others read
+-- rows by id: never that costly.
 
 -- The executors' pick: runnable in-database steps of a queue, best first.
 CREATE INDEX IF NOT EXISTS instances_pick ON gd._instances (queue, priority, eligible_at, id)
