@@ -158,8 +158,8 @@ void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transit
 void gd_flush_transitions(TransitionBatch &batch);
 /* Both halves, for callers without a subtransaction (external completions). */
 void gd_apply_transition(int64 id, Transition t);
-/* Leave the (locked) instance as it is, and pick it again in a second (its definitions are not there yet). */
-void gd_postpone(int64 id);
+/* Leave the (locked) instance as it is, to be picked again at `until`. */
+void gd_postpone(int64 id, TimestampTz until);
 /*
  * Make room under the concurrency keys whose holders stopped running in this
  * transaction (gd._ungate), in key order so two rounds never deadlock on

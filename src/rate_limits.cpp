@@ -1,8 +1,9 @@
 /*
  * rate_limits.cpp — admitting a picked step under its rate limits.  The
- * token buckets live in gd._rate_buckets and gd._admit_rate does the
+ * token buckets live in gd._rate_buckets and gd._take_rate_tokens does the
  * arithmetic under the buckets' row locks; here the executor asks before
- * running a step, and reports a rate limit that was dropped under waiting
+ * running a step, postpones the instance of a step refused until its tokens
+ * will be there, and reports a rate limit that was dropped under waiting
  * instances, once per worker and name, rather than stalling them silently.
  */
 #include "executor.hpp"
@@ -15,7 +16,7 @@ extern "C" {
 
 namespace {
 
-SPIPlanPtr admit_plan = nullptr;
+SPIPlanPtr take_plan = nullptr;
 
 /* Names of dropped rate limits this process has reported (a few at most). */
 constexpr int MAX_REPORTED = 32;
@@ -37,9 +38,11 @@ void report_dropped_limit_once(const char *name)
 
 bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def)
 {
-    if (admit_plan == nullptr) {
-        Oid types[4] = {INT8OID, OIDOID, TEXTARRAYOID, INT4OID};
-        admit_plan = gd_prepare_kept("SELECT gd._admit_rate($1, $2, $3, $4)", 4, types);
+    if (take_plan == nullptr) {
+        Oid types[3] = {OIDOID, TEXTARRAYOID, INT4OID};
+        take_plan = gd_prepare_kept("SELECT t.admitted, t.not_before, t.undefined_limit"
+                                    "  FROM gd._take_rate_tokens($1, $2, $3) t",
+                                    3, types);
     }
     Datum keys[2];
     int count = 0;
@@ -47,17 +50,22 @@ bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def)
         keys[count++] = CStringGetTextDatum(row.rate_limit);
     if (def.rate_limit[0] != '\0')
         keys[count++] = CStringGetTextDatum(def.rate_limit);
-    Datum args[4] = {Int64GetDatum(row.id), ObjectIdGetDatum(row.owner),
+    Datum args[3] = {ObjectIdGetDatum(row.owner),
                      PointerGetDatum(construct_array(keys, count, TEXTOID, -1, false, TYPALIGN_INT)),
                      Int32GetDatum(row.weight)};
-    if (gd_execute_kept(admit_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    if (gd_execute_kept(take_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: rate limit admission of instance " INT64_FORMAT " failed", row.id);
+    HeapTuple verdict = SPI_tuptable->vals[0];
+    TupleDesc desc = SPI_tuptable->tupdesc;
     bool isnull;
-    Datum verdict = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-    if (isnull)
+    if (DatumGetBool(SPI_getbinval(verdict, desc, 1, &isnull)))
         return true;
-    char *refusal = TextDatumGetCString(verdict);
-    if (strncmp(refusal, "undefined:", strlen("undefined:")) == 0)
-        report_dropped_limit_once(refusal + strlen("undefined:"));
+    Datum not_before = SPI_getbinval(verdict, desc, 2, &isnull);
+    bool try_next_round = isnull;
+    Datum undefined_limit = SPI_getbinval(verdict, desc, 3, &isnull);
+    if (!isnull)
+        report_dropped_limit_once(TextDatumGetCString(undefined_limit));
+    if (!try_next_round)
+        gd_postpone(row.id, DatumGetTimestampTz(not_before));
     return false;
 }

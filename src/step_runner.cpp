@@ -79,7 +79,7 @@ Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
 {
     const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
     if (found == nullptr && gd_version_not_ready(row.fsm, row.version)) {
-        gd_postpone(row.id);
+        gd_postpone(row.id, GetCurrentTimestamp() + USECS_PER_SEC); /* a restore: look again in a second */
         return Disposition::throttled;
     }
     if (found == nullptr) {

@@ -514,15 +514,14 @@ void gd_release_concurrency_keys()
     }
 }
 
-void gd_postpone(int64 id)
+void gd_postpone(int64 id, TimestampTz until)
 {
     static SPIPlanPtr postpone_plan = nullptr;
     if (postpone_plan == nullptr) {
-        Oid types[1] = {INT8OID};
-        postpone_plan = gd_prepare_kept(
-            "UPDATE gd._instances SET eligible_at = clock_timestamp() + interval '1 second' WHERE id = $1", 1, types);
+        Oid types[2] = {INT8OID, TIMESTAMPTZOID};
+        postpone_plan = gd_prepare_kept("UPDATE gd._instances SET eligible_at = $2 WHERE id = $1", 2, types);
     }
-    Datum args[1] = {Int64GetDatum(id)};
+    Datum args[2] = {Int64GetDatum(id), TimestampTzGetDatum(until)};
     if (gd_execute_kept(postpone_plan, args, nullptr, false, 0) != SPI_OK_UPDATE)
         elog(ERROR, "gen_durable: could not postpone instance " INT64_FORMAT, id);
 }

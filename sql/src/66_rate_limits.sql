@@ -86,12 +86,14 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Take `weight` tokens from every key's bucket (the instance owner's, or
--- the shared one), or none.  Returns NULL when taken; otherwise the
--- instance (locked by the caller) does not run now: 'throttled' (pushed
--- back until the tokens will be there), 'contended' (another picker holds
--- a bucket: try again next round) or 'undefined:NAME' (the limit was
--- dropped: pushed back a minute at a time).
-CREATE OR REPLACE FUNCTION gd._admit_rate(instance_id bigint, bucket_owner oid, keys text[], weight int) RETURNS text
+-- the shared one), or none.  `admitted` when taken; otherwise the step does
+-- not run now, and its instance waits until `not_before`: when the tokens
+-- will be there, or a minute from now when `undefined_limit` names a limit
+-- that was dropped.  A NULL `not_before`: another picker holds a bucket, try
+-- again next round.  The caller writes the instance's wait.
+CREATE OR REPLACE FUNCTION gd._take_rate_tokens(bucket_owner oid, keys text[], weight int,
+                                                OUT admitted boolean, OUT not_before timestamptz,
+                                                OUT undefined_limit text)
 LANGUAGE plpgsql AS $$
 DECLARE
     bucket_key text;
@@ -109,9 +111,11 @@ BEGIN
     FOR bucket_key IN SELECT DISTINCT k FROM unnest(keys) k WHERE k IS NOT NULL ORDER BY 1 LOOP
         SELECT * INTO policy FROM gd._rate_limits l WHERE l.name = split_part(bucket_key, ':', 1);
         IF NOT FOUND THEN
-            UPDATE gd._instances i SET eligible_at = at + interval '1 minute' WHERE i.id = instance_id;
             PERFORM gd._count('rate_limit_throttled');
-            RETURN 'undefined:' || split_part(bucket_key, ':', 1);
+            admitted := false;
+            not_before := at + interval '1 minute';
+            undefined_limit := split_part(bucket_key, ':', 1);
+            RETURN;
         END IF;
         SELECT * INTO bucket FROM gd._rate_buckets b
          WHERE b.scope = gd._bucket_scope(bucket_owner, policy) AND b.key = bucket_key FOR UPDATE SKIP LOCKED;
@@ -122,7 +126,8 @@ BEGIN
              WHERE b.scope = gd._bucket_scope(bucket_owner, policy) AND b.key = bucket_key FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
                 PERFORM gd._count('rate_limit_contended');
-                RETURN 'contended';
+                admitted := false;
+                RETURN;
             END IF;
         END IF;
         level := least(policy.burst::float8,
@@ -145,13 +150,14 @@ BEGIN
            SET reserved_until = least(t.turn + gd._rate_wait(weight, l), at + interval '100 years')
           FROM unnest(held_scopes, held, turns) AS t(scope, key, turn), gd._rate_limits l
          WHERE b.scope = t.scope AND b.key = t.key AND t.turn IS NOT NULL AND l.name = split_part(t.key, ':', 1);
-        UPDATE gd._instances i SET eligible_at = due WHERE i.id = instance_id;
         PERFORM gd._count('rate_limit_throttled');
-        RETURN 'throttled';
+        admitted := false;
+        not_before := due;
+        RETURN;
     END IF;
     UPDATE gd._rate_buckets b SET tokens = t.level - weight, refilled_at = at
       FROM unnest(held_scopes, held, levels) AS t(scope, key, level) WHERE b.scope = t.scope AND b.key = t.key;
-    RETURN NULL;
+    admitted := true;
 END $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_set_rate_limit(name text, rate int, per interval, burst int DEFAULT NULL,

@@ -153,10 +153,18 @@ BEGIN
           FROM due d
           LEFT JOIN gd._steps s ON s.fsm = d.fsm AND s.version = d.version AND s.step = d.step),
     -- Rate limits: a step without its tokens stays runnable, pushed back until they are there.
-    admitted AS MATERIALIZED (
-        SELECT p.id, p.claimed_at FROM picked p
-         WHERE (p.rate_limit IS NULL AND p.step_rate_limit IS NULL)
-            OR gd._admit_rate(p.id, p.owner, ARRAY[p.rate_limit, p.step_rate_limit], p.weight) IS NULL),
+    rated AS MATERIALIZED (
+        SELECT p.id, p.claimed_at, t.admitted, t.not_before
+          FROM picked p
+          LEFT JOIN LATERAL (
+              SELECT * FROM gd._take_rate_tokens(p.owner, ARRAY[p.rate_limit, p.step_rate_limit], p.weight)
+               WHERE p.rate_limit IS NOT NULL OR p.step_rate_limit IS NOT NULL) t ON true),
+    pushed_back AS (
+        UPDATE gd._instances i SET eligible_at = r.not_before
+          FROM rated r
+         WHERE i.id = r.id AND NOT r.admitted AND r.not_before IS NOT NULL),
+    admitted AS (
+        SELECT r.id, r.claimed_at FROM rated r WHERE r.admitted IS NULL OR r.admitted),
     claimed AS (
         UPDATE gd._instances i
            SET status = 'executing', lease_owner = claim_worker, lease_token = nextval('gd._lease_tokens'::regclass),
