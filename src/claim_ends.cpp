@@ -123,7 +123,7 @@ void complete_claim(TransitionBatch &completions, const ClaimedRow &claimed, Hea
     }
     gd_prepare_transition(row.id, t);
     gd_write_transition_batched(completions, row.id, t);
-    if (strcmp(t.status, "runnable") == 0 && !t.external && !t.moved)
+    if (t.status == Status::runnable && !t.external && !t.moved)
         gd_wake_queue_at_commit(row.queue); /* an in-database step is next (a moved one is woken as written) */
 }
 
@@ -163,7 +163,7 @@ void complete_claims(Completion *claims, int n)
     SPITupleTable *owned = SPI_tuptable; /* kept: the transitions run statements of their own */
     uint64 owned_count = SPI_processed;
     TransitionBatch completions;
-    gd_begin_transitions(completions, "executing", static_cast<int>(owned_count));
+    gd_begin_transitions(completions, Status::executing, static_cast<int>(owned_count));
     int64 previous_id = 0;
     for (uint64 r = 0; r < owned_count; r++) {
         bool isnull;

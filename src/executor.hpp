@@ -85,9 +85,18 @@ int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryCo
 /* When the next row of the queue not yet eligible becomes eligible; 0 when none. */
 TimestampTz gd_next_due(const char *queue);
 
+/*
+ * An instance's status.  The names are the gd.status domain's
+ * (sql/src/10_schema.sql), the live ones first: gd._live_statuses() and
+ * gd._terminal_statuses() are made from this list (transition.cpp).
+ */
+enum class Status { runnable, executing, awaiting_signal, awaiting_children, done, failed, cancelled };
+const char *gd_status_name(Status status);
+inline bool gd_status_is_live(Status status) { return status <= Status::awaiting_children; }
+
 /* Where an instance goes after a step (transition.cpp). */
 struct Transition {
-    const char *status;      /* runnable | awaiting_signal | awaiting_children | done | failed */
+    Status status;           /* not executing, not cancelled */
     const char *step;
     Datum state;             /* 0: keep the state */
     int attempt;
@@ -147,13 +156,13 @@ void gd_write_transition(int64 id, const Transition &t);
  * flush before their SPI connection ends.
  */
 struct TransitionBatch {
-    const char *locked_status; /* the status the rows were locked in */
+    Status locked_status;      /* the status the rows were locked in */
     int count;
     int capacity;
     int64 *ids;
     Transition *items;
 };
-void gd_begin_transitions(TransitionBatch &batch, const char *locked_status, int capacity);
+void gd_begin_transitions(TransitionBatch &batch, Status locked_status, int capacity);
 void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transition &t);
 void gd_flush_transitions(TransitionBatch &batch);
 /* Both halves, for callers without a subtransaction (external completions). */
@@ -170,7 +179,7 @@ void gd_release_concurrency_keys();
 Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &def, Datum error,
                                int64 explicit_backoff_us);
 /* A terminal transition: done with a result, or failed with an error. */
-Transition gd_final_transition(const PickedInstance &row, const char *status, Datum result, Datum error);
+Transition gd_final_transition(const PickedInstance &row, Status status, Datum result, Datum error);
 /* Failed without a retry, for what no retry can mend: {"sqlstate", "message", "step", "attempt"}. */
 Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const char *message);
 /* At commit, NOTIFY gd_work, '<queue>' for external workers: once per transaction and queue (notify.cpp). */

@@ -97,7 +97,7 @@ Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
         return Disposition::throttled; /* it runs when its tokens are there */
     if (def.handler == InvalidOid) {
         /* Now an external step (redefined): hand it to external workers. */
-        Transition t = gd_final_transition(row, "runnable", 0, 0);
+        Transition t = gd_final_transition(row, Status::runnable, 0, 0);
         t.external = true;
         gd_apply_transition(row.id, t);
         return Disposition::handled;
@@ -244,7 +244,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     round.queue = queue;
     round.slot = slot;
     round.rows = round_array<PickedInstance>(demand);
-    gd_begin_transitions(round.written, "runnable", demand);
+    gd_begin_transitions(round.written, Status::runnable, demand);
     round.count = drain != nullptr ? gd_pick_to_drain(queue, demand, round.rows, batch_context, *drain)
                                    : gd_pick(queue, demand, round.rows, batch_context, slot);
     gd_count(StatEvent::pick);

@@ -8,6 +8,7 @@
  * this path.
  */
 #include "executor.hpp"
+#include "guard.hpp"
 #include "stats.hpp"
 
 extern "C" {
@@ -185,7 +186,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         int64 delay_us = isnull ? 0 : interval_usecs(delay);
         if (delay_us < 0)
             bad_outcome(row, "gd_next with a negative delay");
-        t.status = "runnable";
+        t.status = Status::runnable;
         t.eligible_at += delay_us;
         t.external = next->handler == InvalidOid;
         /* To the next step's own queue, or home from a step with a queue of its
@@ -211,7 +212,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     }
     if (strcmp(kind, "done") == 0) {
         Datum result = GetAttributeByNum(outcome, OUTCOME_RESULT, &isnull);
-        Transition done = gd_final_transition(row, "done", isnull ? empty_object() : result, 0);
+        Transition done = gd_final_transition(row, Status::done, isnull ? empty_object() : result, 0);
         done.external = t.external;
         return done;
     }
@@ -220,13 +221,13 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         Datum error_json = gd_error_document(
             row, ErrorFields{"stop", psprintf("gen_durable: step \"%s\" stopped its instance", row.step)},
             isnull ? 0 : error);
-        Transition stopped = gd_final_transition(row, "failed", 0, error_json);
+        Transition stopped = gd_final_transition(row, Status::failed, 0, error_json);
         stopped.external = t.external;
         return stopped;
     }
     if (strcmp(kind, "await") == 0) {
         t.event = StatEvent::step_await;
-        t.status = "awaiting_signal";
+        t.status = Status::awaiting_signal;
         t.then_step = resume_step(row, outcome, false);
         t.wait_names = GetAttributeByNum(outcome, OUTCOME_SIGNAL_NAMES, &isnull);
         if (isnull || !gd_signal_names_ok(DatumGetArrayTypeP(t.wait_names)))
@@ -243,7 +244,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     }
     if (strcmp(kind, "schedule_childs") == 0) {
         t.event = StatEvent::step_spawn;
-        t.status = "awaiting_children";
+        t.status = Status::awaiting_children;
         t.then_step = resume_step(row, outcome, true);
         t.children = GetAttributeByNum(outcome, OUTCOME_CHILDREN, &isnull);
         if (isnull)
@@ -255,7 +256,41 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     bad_outcome(row, psprintf("unknown outcome kind \"%s\"", kind));
 }
 
-Transition gd_final_transition(const PickedInstance &row, const char *status, Datum result, Datum error)
+const char *gd_status_name(Status status)
+{
+    static const char *const names[] = {"runnable", "executing", "awaiting_signal", "awaiting_children",
+                                        "done",     "failed",    "cancelled"};
+    return names[static_cast<int>(status)];
+}
+
+namespace {
+
+/* The names of the statuses that are live (or not), in their order. */
+Datum status_names(bool live)
+{
+    Datum names[static_cast<int>(Status::cancelled) + 1];
+    int count = 0;
+    for (int s = 0; s <= static_cast<int>(Status::cancelled); s++)
+        if (gd_status_is_live(static_cast<Status>(s)) == live)
+            names[count++] = CStringGetTextDatum(gd_status_name(static_cast<Status>(s)));
+    return PointerGetDatum(construct_array(names, count, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+} // namespace
+
+/* gd._live_statuses() → text[]: the statuses of an instance still going. */
+GD_SQL_FUNCTION(gd_live_statuses)
+{
+    PG_RETURN_DATUM(status_names(true));
+}
+
+/* gd._terminal_statuses() → text[]: the statuses an instance ends in. */
+GD_SQL_FUNCTION(gd_terminal_statuses)
+{
+    PG_RETURN_DATUM(status_names(false));
+}
+
+Transition gd_final_transition(const PickedInstance &row, Status status, Datum result, Datum error)
 {
     Transition t{};
     t.status = status;
@@ -267,9 +302,9 @@ Transition gd_final_transition(const PickedInstance &row, const char *status, Da
     t.parent_id = row.parent_id;
     t.owner = row.owner;
     t.concurrency_key = row.concurrency_key;
-    t.event = strcmp(status, "done") == 0     ? StatEvent::step_done
-              : strcmp(status, "failed") == 0 ? StatEvent::step_stop
-                                              : StatEvent::count_;
+    t.event = status == Status::done     ? StatEvent::step_done
+              : status == Status::failed ? StatEvent::step_stop
+                                         : StatEvent::count_;
     return t;
 }
 
@@ -320,7 +355,7 @@ void prepare_plans()
 
 void gd_prepare_transition(int64 id, Transition &t)
 {
-    if (strcmp(t.status, "awaiting_children") != 0)
+    if (t.status != Status::awaiting_children)
         return;
     prepare_plans();
     Datum args[3] = {ObjectIdGetDatum(t.spawn_role), Int64GetDatum(id), t.children};
@@ -337,16 +372,16 @@ void after_transition(int64 id, const Transition &t)
 {
     if (t.event != StatEvent::count_)
         gd_count_step(t.event, t.duration_us);
-    if (strcmp(t.status, "awaiting_signal") == 0) {
+    if (t.status == Status::awaiting_signal) {
         call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */
         if (t.wait_deadline != 0)
             gd_wake_reaper_at_commit(); /* it sleeps until the earliest deadline: this one may be earlier */
-    } else if (strcmp(t.status, "awaiting_children") == 0 && t.spawned == 0) {
+    } else if (t.status == Status::awaiting_children && t.spawned == 0) {
         call_follow_up(resume_parent_plan, id, 0); /* nothing to wait for */
-    } else if (t.parent_id != 0 && (strcmp(t.status, "done") == 0 || strcmp(t.status, "failed") == 0)) {
+    } else if (t.parent_id != 0 && (t.status == Status::done || t.status == Status::failed)) {
         gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
     }
-    bool still_running = strcmp(t.status, "runnable") == 0 || strcmp(t.status, "executing") == 0;
+    bool still_running = t.status == Status::runnable || t.status == Status::executing;
     if (t.concurrency_key != nullptr && !still_running)
         remember_key_to_release(t.owner, t.concurrency_key);
     gd_wake_awaiters_at_commit(id);
@@ -379,7 +414,7 @@ Datum array_of(Datum *values, bool *nulls, int count, Oid type)
 void gd_write_transition(int64 id, const Transition &t)
 {
     prepare_plans();
-    Datum args[15] = {Int64GetDatum(id),   CStringGetTextDatum(t.status),
+    Datum args[15] = {Int64GetDatum(id),   CStringGetTextDatum(gd_status_name(t.status)),
                       CStringGetTextDatum(t.step), t.state,
                       Int32GetDatum(t.attempt),    TimestampTzGetDatum(t.eligible_at),
                       t.result,            t.error,
@@ -398,12 +433,12 @@ void gd_write_transition(int64 id, const Transition &t)
                                  t.step)));
         return;
     }
-    if (t.moved && !t.external && strcmp(t.status, "runnable") == 0)
+    if (t.moved && !t.external && t.status == Status::runnable)
         gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)); /* not its executors' */
     after_transition(id, t);
 }
 
-void gd_begin_transitions(TransitionBatch &batch, const char *locked_status, int capacity)
+void gd_begin_transitions(TransitionBatch &batch, Status locked_status, int capacity)
 {
     batch.locked_status = locked_status;
     batch.count = 0;
@@ -415,8 +450,7 @@ void gd_begin_transitions(TransitionBatch &batch, const char *locked_status, int
 void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transition &t)
 {
     /* Plain: what the batch's statement writes (it leaves the queues as they are). */
-    bool plain = !t.moved && (strcmp(t.status, "runnable") == 0 || strcmp(t.status, "done") == 0 ||
-                              strcmp(t.status, "failed") == 0);
+    bool plain = !t.moved && (t.status == Status::runnable || t.status == Status::done || t.status == Status::failed);
     if (!plain || batch.count >= batch.capacity) {
         gd_write_transition(id, t);
         return;
@@ -458,7 +492,7 @@ void gd_flush_transitions(TransitionBatch &batch)
     for (int i = 0; i < n; i++) {
         const Transition &t = batch.items[i];
         ids[i] = Int64GetDatum(batch.ids[i]);
-        statuses[i] = CStringGetTextDatum(t.status);
+        statuses[i] = CStringGetTextDatum(gd_status_name(t.status));
         steps[i] = CStringGetTextDatum(t.step);
         states[i] = t.state;
         state_nulls[i] = t.state == 0;
@@ -476,7 +510,7 @@ void gd_flush_transitions(TransitionBatch &batch)
                       array_of(attempts, nullptr, n, INT4OID),     array_of(eligible, nullptr, n, TIMESTAMPTZOID),
                       array_of(results, result_nulls, n, JSONBOID), array_of(errors, error_nulls, n, JSONBOID),
                       array_of(externals, nullptr, n, BOOLOID),    array_of(keeps, nullptr, n, BOOLOID),
-                      CStringGetTextDatum(batch.locked_status)};
+                      CStringGetTextDatum(gd_status_name(batch.locked_status))};
     batch.count = 0; /* before anything can fail: the caller's transaction is rolled back then */
     if (gd_execute_kept(batch_update_plan, args, nullptr, false, 0, KeptJoins::hashed) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transitions of %d instances", n);
@@ -536,7 +570,7 @@ void gd_apply_transition(int64 id, Transition t)
 Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &def, Datum error,
                                int64 explicit_backoff_us)
 {
-    Transition t = gd_final_transition(row, row.attempt >= def.max_attempts ? "failed" : "runnable", 0, error);
+    Transition t = gd_final_transition(row, row.attempt >= def.max_attempts ? Status::failed : Status::runnable, 0, error);
     t.event = StatEvent::step_retry;
     t.external = def.handler == InvalidOid; /* the same step: the same kind of runner */
     t.keep_resume = true;                   /* the retried step sees what its first attempt saw */
@@ -552,7 +586,7 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
         delay_us = Min(delay_us, def.max_backoff_us);
     }
     delay_us = Min(delay_us, MAX_DELAY_US);
-    t.status = "runnable";
+    t.status = Status::runnable;
     t.attempt = row.attempt + 1;
     t.eligible_at += delay_us;
     return t;
@@ -562,7 +596,7 @@ Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const ch
 {
     ErrorFields fields{"undefined", message};
     fields.sqlstate = unpack_sql_state(sqlerrcode);
-    return gd_final_transition(row, "failed", 0, gd_error_document(row, fields));
+    return gd_final_transition(row, Status::failed, 0, gd_error_document(row, fields));
 }
 
 Datum gd_error_document(const PickedInstance &row, const ErrorFields &fields, Datum given)

@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS gd._grants (
 DO $$
 BEGIN
     IF to_regtype('gd.status') IS NULL THEN
+        -- the names of Status in src/executor.hpp, in its order (regress 025_statuses)
         CREATE DOMAIN gd.status AS text CHECK (VALUE IN ('runnable', 'executing', 'awaiting_signal', 'awaiting_children',
                                                          'done', 'failed', 'cancelled'));
     END IF;

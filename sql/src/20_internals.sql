@@ -105,10 +105,13 @@ END $$;
 -- Shared helpers of the SQL API
 -- ---------------------------------------------------------------------------
 
-CREATE OR REPLACE FUNCTION gd._live_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE
-    AS $$ SELECT '{runnable,executing,awaiting_signal,awaiting_children}'::text[] $$;
-CREATE OR REPLACE FUNCTION gd._terminal_statuses() RETURNS text[] LANGUAGE sql IMMUTABLE
-    AS $$ SELECT '{done,failed,cancelled}'::text[] $$;
+-- The statuses, as the engine's C++ knows them (src/executor.hpp: Status).
+-- The gd.status domain, the partial indexes on live rows and the queries
+-- that must match their predicates spell them out.
+CREATE OR REPLACE FUNCTION gd._live_statuses() RETURNS text[] LANGUAGE c IMMUTABLE
+    AS 'MODULE_PATHNAME', 'gd_live_statuses';
+CREATE OR REPLACE FUNCTION gd._terminal_statuses() RETURNS text[] LANGUAGE c IMMUTABLE
+    AS 'MODULE_PATHNAME', 'gd_terminal_statuses';
 
 CREATE OR REPLACE FUNCTION gd._bad_argument(message text, detail text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$

@@ -52,7 +52,7 @@ BEGIN
         run_at := clock_timestamp() + gd._check_interval(schedule_in, 'schedule_in');
     END IF;
     IF correlation_scope IS NULL THEN
-        correlation_scope := '{runnable,executing,awaiting_signal,awaiting_children}';   -- gd._live_statuses()
+        correlation_scope := gd._live_statuses();
     ELSIF array_ndims(correlation_scope) > 1 THEN
         PERFORM gd._bad_argument(format('correlation_scope must be a one-dimensional array of statuses, got %s',
                                         correlation_scope));
