@@ -1,7 +1,8 @@
 # gen_durable — PGXS build.
-#   make demo    bootstrap deps, build, install, run the demo on a throwaway cluster
-#   make check   bootstrap deps, build, install, run every test suite
-#   make         build only (needs pg_config and the build deps)
+#   make demo          bootstrap deps, build, install, run the demo on a throwaway cluster
+#   make check         bootstrap deps, build, install, run every test suite
+#   make installcheck  the regress and isolation suites against a running server (below)
+#   make               build only (needs pg_config and the build deps)
 
 EXTENSION = gen_durable
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" gen_durable.control)
@@ -20,15 +21,68 @@ OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*.cpp))
 
 PG_CONFIG ?= pg_config
 
-ifneq ($(filter check demo bench,$(MAKECMDGOALS)),)
+# ------------------------------------------------------------------- tests
+# One list of tests for both ways of running them:
+#   REGRESS    test/sql/NAME.sql    vs expected/NAME.out  (pg_regress)
+#   ISOLATION  test/specs/NAME.spec vs expected/NAME.out  (pg_isolation_regress)
+# `make check` (test/scripts/check.sh) reads them with `make print-REGRESS`
+# and `make print-ISOLATION`, and runs them, then the TAP files of test/t,
+# on throwaway servers it starts itself.
+#
+# `make installcheck` runs them the PGXS way, against a RUNNING server of
+# PostgreSQL 15 with gen_durable installed and the test settings included:
+#   include '/path/to/gen_durable/test/pg_test_installcheck.conf'
+# in its postgresql.conf (shared_preload_libraries = 'gen_durable', the
+# engine serving the databases gd_regress and isolation_regression, fsync
+# off: a throwaway server), then, connected as a superuser (the tests create
+# roles and run the engine's internals):
+#   make installcheck PGUSER=postgres [PGHOST=/tmp PGPORT=5432]
+#   make installcheck REGRESS=010_signals        (one regress test alone)
+#   make installcheck ISOLATION=signal_dedup     (one isolation spec alone)
+# Naming tests of one kind runs only those.  Each test/sql file runs alone
+# or after the others (001_setup's helpers come from
+# test/sql/include/setup.sql when missing).  Before the suites, REGRESS_PREP
+# drops both databases WITH (FORCE) (the engine's workers stay connected to
+# them, which a plain DROP DATABASE waits for in vain) and the test roles a
+# failed run may have left.  Outputs: results/, regression.diffs, output_iso/.
+# pg_regress 15 reads DIR/sql, DIR/specs and DIR/expected under --inputdir=DIR
+# (--expecteddir is 16's): test/expected is a link to the top-level expected/.
+# TAP_TESTS is not declared: the TAP files start clusters of their own (as
+# the postgres OS user, with the copies and environment check.sh gives them),
+# so they run with `make check`, or one by one with test/t/run_tap.sh NAME.
+REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
+ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
+ifeq ($(origin REGRESS),command line)
+ifneq ($(origin ISOLATION),command line)
+ISOLATION =
+endif
+endif
+ifeq ($(origin ISOLATION),command line)
+ifneq ($(origin REGRESS),command line)
+REGRESS =
+endif
+endif
+# --temp-config counts only with --temp-instance: as the postgres OS user,
+#   make installcheck EXTRA_REGRESS_OPTS=--temp-instance=/tmp/gd_tmp_check
+# runs the suites on servers pg_regress starts itself (no REGRESS_PREP then).
+REGRESS_OPTS = --inputdir=test --temp-config=test/pg_test.conf
+ISOLATION_OPTS = --inputdir=test --temp-config=test/pg_test.conf --temp-config=test/pg_test_isolation.conf
+NO_LOCALE = 1
+ENCODING = UTF8
+REGRESS_PREP = installcheck-prep
+GD_TEST_DATABASES = gd_regress isolation_regression
+
+ifneq ($(filter check demo bench print-REGRESS print-ISOLATION,$(MAKECMDGOALS)),)
 # These targets bootstrap the machine first, so they must not need PGXS.
-.PHONY: check demo bench
+.PHONY: check demo bench print-REGRESS print-ISOLATION
 check:
 	@bash test/scripts/check.sh
 demo:
 	@bash test/scripts/demo.sh
 bench:
 	@bash test/bench/run.sh
+print-REGRESS print-ISOLATION:
+	@echo $($(patsubst print-%,%,$@))
 else
 # No LLVM bitcode: the JIT would not inline C++ anyway.
 override with_llvm := no
@@ -46,4 +100,16 @@ sql/gen_durable--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql $(SQL_SO
 override CPPFLAGS += -DGD_EXTENSION_VERSION='"$(EXTVERSION)"'
 # Server headers are not ours: include them as system headers to keep their warnings out.
 override CPPFLAGS := $(patsubst -I%,-isystem %,$(CPPFLAGS))
+# The database of the regress suite, the engine's (test/pg_test.conf's
+# gen_durable.database); PGXS passes it as the last --dbname.
+CONTRIB_TESTDB = gd_regress
+.PHONY: installcheck-prep
+installcheck-prep:
+ifeq ($(findstring --temp-instance,$(EXTRA_REGRESS_OPTS)),)
+	@for db in $(GD_TEST_DATABASES); do \
+	    '$(bindir)/psql' -X -q -v ON_ERROR_STOP=1 -d postgres -c 'SET client_min_messages = warning' \
+	        -c "DROP DATABASE IF EXISTS $$db WITH (FORCE)" || exit 1; \
+	done
+	@'$(bindir)/psql' -X -q -v ON_ERROR_STOP=1 -d postgres -f test/scripts/drop_test_roles.sql
+endif
 endif

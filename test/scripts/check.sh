@@ -11,11 +11,19 @@
 # adds 1 failure). A failed build counts as 1 failure. The last line printed
 # is always exactly "N passed, M failed"; the exit code is non-zero if M > 0.
 #
+# The regress and isolation tests are the Makefile's REGRESS and ISOLATION
+# (read with `make print-REGRESS` / `make print-ISOLATION`), the lists
+# `make installcheck` runs against a running server.
+#
 # Conventions for test authors:
 #  - the regress database is gd_regress (see test/pg_test.conf), shared by
 #    all test/sql files, which run in sorted (C collation) order in one
 #    pg_regress invocation; pg_regress does not create the extension, the
-#    tests do (001_setup.sql).
+#    tests do (001_setup.sql).  Every other file also runs alone (`make
+#    installcheck REGRESS=NAME`): it includes test/sql/include/setup.sql
+#    (what 001_setup creates, when missing) and creates, when missing, what
+#    it uses of earlier files; a file cleans up what outlives its database
+#    (roles).
 #  - isolation specs run in "isolation_regression"; create the extension in
 #    the spec's setup.
 #  - TAP tests configure their own nodes (shared_preload_libraries etc.).
@@ -92,6 +100,15 @@ previous_install=$(gd_build_previous_release "$WORK/previous") || previous_insta
 # --------------------------------------------------- scratch copy of the tests
 # The checkout may live in a root-only directory: copy what postgres needs.
 mkdir -p "$WORK"/{sql,expected,specs,t,tap}
+# The test lists: the Makefile's, one name a line (without PGXS: no pg_config needed).
+make_list() { # REGRESS | ISOLATION
+    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$ROOT" --no-print-directory "print-$1" | tr -s ' ' '\n' | sed '/^$/d'
+}
+if ! regress_list=$(make_list REGRESS) || ! iso_list=$(make_list ISOLATION); then
+    echo "could not read REGRESS and ISOLATION from the Makefile" >&2
+    FAILED=$((FAILED + 1))
+    summary_and_exit
+fi
 shopt -s nullglob
 sql_files=("$ROOT"/test/sql/*.sql)
 spec_files=("$ROOT"/test/specs/*.spec)
@@ -100,6 +117,7 @@ tap_mods=("$ROOT"/test/t/*.pm)     # shared helpers (GdTest.pm), on PERL5LIB
 exp_files=("$ROOT"/expected/*.out)
 shopt -u nullglob
 ((${#sql_files[@]})) && cp "${sql_files[@]}" "$WORK/sql/"
+cp -r "$ROOT/test/sql/include" "$WORK/sql/"   # setup.sql, included by the tests
 ((${#spec_files[@]})) && cp "${spec_files[@]}" "$WORK/specs/"
 ((${#tap_files[@]})) && cp "${tap_files[@]}" "$WORK/t/"
 ((${#tap_mods[@]})) && cp "${tap_mods[@]}" "$WORK/t/"
@@ -117,15 +135,6 @@ cp "$ROOT/README.md" "$WORK/README.md"     # its tutorial, run by a TAP test
 export GD_PG_HOME=$WORK
 cd "$WORK"   # postgres inherits the cwd: it must be one it can enter
 
-# Names (file basename without extension) in sorted order; a test without an
-# expected output counts as failed and is not handed to pg_regress (which
-# would abort the whole suite on the missing file).
-test_names() { # ext files...
-    local ext=$1 f
-    shift
-    for f in "$@"; do basename "$f" ".$ext"; done | LC_ALL=C sort
-}
-
 # Run one pg_regress-style suite and count its results.
 #   $1 label  $2 driver binary  $3 temp-config  $4 out dir  $5 temp instance
 #   $6.. extra driver args, then "--", then test names
@@ -135,6 +144,8 @@ run_regress_suite() {
     local extra=()
     while [[ $1 != -- ]]; do extra+=("$1"); shift; done
     shift
+    # A test without an expected output counts as failed and is not handed to
+    # pg_regress (which would abort the whole suite on the missing file).
     local names=() name port rc
 
     for name in "$@"; do
@@ -189,7 +200,8 @@ run_regress_suite() {
 
 # ------------------------------------------------------------------ pg_regress
 section "pg_regress (test/sql)"
-mapfile -t regress_names < <(test_names sql "${sql_files[@]}")
+mapfile -t regress_names <<<"$regress_list"
+[[ -n ${regress_names[0]:-} ]] || regress_names=()
 if ((${#regress_names[@]})); then
     run_regress_suite regress "$PGXS/src/test/regress/pg_regress" \
         "$WORK/pg_test.conf" "$WORK/out" "$WORK/tmp_check" \
@@ -200,7 +212,8 @@ fi
 
 # ------------------------------------------------------------------- isolation
 section "isolation (test/specs)"
-mapfile -t iso_names < <(test_names spec "${spec_files[@]}")
+mapfile -t iso_names <<<"$iso_list"
+[[ -n ${iso_names[0]:-} ]] || iso_names=()
 if ((${#iso_names[@]})); then
     # Database name is pg_isolation_regress's default, "isolation_regression".
     run_regress_suite isolation "$PGXS/src/test/isolation/pg_isolation_regress" \

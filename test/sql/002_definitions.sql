@@ -1,4 +1,9 @@
 -- gd_define_fsm / gd_define_step: definitions, versions and refusals.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.noop(state jsonb, ctx gd.context) RETURNS gd.outcome
 LANGUAGE sql AS $$ SELECT gd_done() $$;
 CREATE FUNCTION t.wrong_args(state json, ctx gd.context) RETURNS gd.outcome

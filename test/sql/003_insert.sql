@@ -1,4 +1,19 @@
 -- gd_insert and gd_insert_all: every option, and refusals that write nothing.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
+-- What this file uses of 002_definitions: the handler t.noop, and the FSM 'defs'.
+CREATE OR REPLACE FUNCTION t.noop(state jsonb, ctx gd.context) RETURNS gd.outcome
+LANGUAGE sql AS $$ SELECT gd_done() $$;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM gd.fsms WHERE name = 'defs') THEN
+        PERFORM gd_define_fsm('defs', initial => 'a', queue => 'manual', state_defaults => '{"n": 1}');
+        PERFORM gd_define_step('defs', 'a', 't.noop(jsonb, gd.context)'::regprocedure);
+    END IF;
+END $$;
 SELECT gd_define_fsm('order', initial => 'a', queue => 'manual', state_defaults => '{"currency": "EUR", "n": 0}');
 SELECT gd_define_step('order', 'a', 't.noop(jsonb, gd.context)'::regprocedure);
 SELECT gd_define_step('order', 'b', 't.noop(jsonb, gd.context)'::regprocedure);

@@ -1,6 +1,11 @@
 -- Each outcome kind, and what counts as a failed attempt.  Steps run through
 -- gd._execute, which runs them in this session exactly as an executor does;
 -- the queue 'steps' is not served by background executors.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.act(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO t.ledger (instance_id, step, attempt, run_as) VALUES (ctx.id, ctx.step, ctx.attempt, current_user);

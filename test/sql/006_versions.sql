@@ -1,4 +1,9 @@
 -- Versions: new instances take the newest version; running ones keep theirs.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.v1_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$
     SELECT gd_next('finish', state || jsonb_build_object('first_step_version', ctx.version))
 $$;

@@ -1,5 +1,10 @@
 -- gd_await: every status, woken by the engine (not by its timeout), cancellable,
 -- and refused outside READ COMMITTED.  Queue 'default' is served by executors.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.quick(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_sleep((state->>'sleep')::float8);

@@ -1,5 +1,10 @@
 -- The background executors run 1,000 instances of a 3-step FSM to completion:
 -- each step's side effect is written exactly once.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE TABLE t.effects (instance_id bigint, step text, PRIMARY KEY (instance_id, step));
 CREATE FUNCTION t.three_steps(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN

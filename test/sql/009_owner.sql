@@ -1,5 +1,10 @@
 -- Handlers run with the privileges of the role that defined the FSM, never as
 -- the superuser the executors connect as.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE ROLE regress_gd_alice LOGIN;
 GRANT USAGE ON SCHEMA t TO regress_gd_alice;
 GRANT INSERT ON t.ledger TO regress_gd_alice;

@@ -1,6 +1,11 @@
 -- Signals, timed waits: an order waits for payment_confirmed and takes both
 -- branches.  Queue 'sig' has no background executors: gd._execute steps it;
 -- the background reaper ends timed-out waits.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.order_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     CASE ctx.step

@@ -1,6 +1,11 @@
 -- Child fan-out and join, cancel (cascading), retry, pause and resume.
 -- Queue 'fanq' has no background executors (gd._execute steps it); the
 -- background reaper, woken when a child ends, resumes parents.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.leaf(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     IF state ? 'fail' THEN

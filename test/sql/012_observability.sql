@@ -1,5 +1,20 @@
 -- gd.stats counters (drive each event, read it), gd_stats_reset, gd.queue_stats,
 -- gd.workers, and garbage collection.  Queue 'obs' has no background executors.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
+-- gd.queue_stats shows queue 'mail' as 003_insert leaves it: one instance
+-- runnable at an external step, which its executor never runs.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM gd.instances WHERE queue = 'mail') THEN
+        PERFORM gd_define_fsm('mail_parked', initial => 'ext', queue => 'mail');
+        PERFORM gd_define_step('mail_parked', 'ext');
+        PERFORM gd_insert('mail_parked');
+    END IF;
+END $$;
 CREATE FUNCTION t.observed(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     CASE state->>'do'

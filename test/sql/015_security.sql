@@ -2,6 +2,11 @@
 -- API function and in the views; the tables are closed; administration is
 -- for roles granted it; handlers never run as a superuser unless one defined
 -- the FSM.  (test/t/040_tenants.pl tries the attacks of one tenant on another.)
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE ROLE regress_gd_owner;
 CREATE ROLE regress_gd_other;
 CREATE ROLE regress_gd_team;

@@ -2,6 +2,11 @@
 -- priorities in one round, and never a row scheduled later, wherever it
 -- sorts among the due rows.  Queue 'picks' has no background executors
 -- (gd._execute runs its rounds here).
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE TABLE t.pick_log (seq bigserial PRIMARY KEY, n text NOT NULL);
 CREATE FUNCTION t.log_pick(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN

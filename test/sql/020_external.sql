@@ -2,6 +2,11 @@
 -- reaper's lease reclaim, called here as a worker would.  Queue 'claims' has no
 -- background executors: its in-database steps run through gd._execute.
 -- (NOTIFY gd_work is tested by test/specs/external_notify.spec.)
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.pack(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO t.ledger (instance_id, step, attempt) VALUES (ctx.id, ctx.step, ctx.attempt);

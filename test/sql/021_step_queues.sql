@@ -2,6 +2,11 @@
 -- step on that queue (executors for in-database steps, gd_claim for external
 -- ones); the instance's other steps run on its home queue (its FSM's, or its
 -- insert's).  None of the queues here has background executors.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.routed_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO t.ledger (instance_id, step, attempt) VALUES (ctx.id, ctx.step || '@' || ctx.queue, ctx.attempt);

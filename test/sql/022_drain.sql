@@ -1,5 +1,10 @@
 -- gd_drain: a tenant runs its own steps in its test's session and
 -- transaction, deterministically (queue 'drain_q' has no executors).
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE ROLE regress_drain_owner;
 CREATE ROLE regress_drain_other;
 GRANT USAGE ON SCHEMA t TO regress_drain_owner, regress_drain_other;
@@ -77,3 +82,9 @@ SELECT gd_insert('drained', step => 'inner') AS inner_id \gset
 SELECT gd_drain('drain_q', max_steps => 1) AS inner_ran;
 SELECT status, error->>'kind' AS kind, error->>'message' AS message FROM gd.instances WHERE id = :inner_id;
 RESET ROLE;
+
+-- Clean up: roles are the cluster's, and outlive the database.
+DELETE FROM gd._instances WHERE fsm IN ('drained', 'other_drained');
+DELETE FROM gd._fsms WHERE name IN ('drained', 'other_drained');
+DROP OWNED BY regress_drain_owner, regress_drain_other;
+DROP ROLE regress_drain_owner, regress_drain_other;

@@ -4,7 +4,7 @@
 -- return garbage, raise, loop past their timeout, COMMIT, or drop tables.
 --
 -- Each call prints its SQLSTATE and message (ids masked as N, long messages
--- clipped), then a verdict against the contract (CONTRACT.md, "Errors"):
+-- clipped), then a verdict against the contract (the SQL reference, errors):
 --   want 'ok'     the call succeeds
 --   want 'pg'     a plain PostgreSQL error before the function runs (a
 --                 literal of the wrong type, no such signature): acceptable
@@ -16,6 +16,11 @@
 -- Steps run through gd._execute on queues no background executor serves.
 -- The server must never crash and no instance may be lost or corrupted: the
 -- invariants are checked at the end.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 
 CREATE FUNCTION t.bad_clip(message text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN length(m) > 110 THEN left(m, 110) || '...(' || length(message) || ' chars)' ELSE m END

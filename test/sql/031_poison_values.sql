@@ -1,6 +1,11 @@
 -- Values that would poison a queue later are refused where they are given,
 -- with a gen_durable: message (22023).  Queue 'poison' has no background
 -- executor: gd._execute steps it.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE FUNCTION t.poison_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     IF state ? 'wait_names' THEN

@@ -3,6 +3,11 @@
 -- or its FSM's owner is dropped, the instances fail at once (no retry can
 -- mend it), with the SQLSTATE and a message naming FSM, version and step.
 -- Queue 'dropq' has no background executor.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 CREATE ROLE regress_gd_dropper;
 CREATE SCHEMA drops;
 CREATE FUNCTION drops.h(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$;

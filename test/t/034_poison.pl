@@ -7,7 +7,7 @@
 #       later, forever);
 #   (b) a step defined with a backoff too large for int8 microseconds
 #       ('1000000 years'): gd_define_step refuses it, so no round fails.
-# The contract (CONTRACT.md, step outcomes): a step that fails is a failed
+# The contract (the guarantees, "Exactly once"): a step that fails is a failed
 # attempt of its instance, retried with backoff and then failed; other
 # instances are not affected.
 use strict;

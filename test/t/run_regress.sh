@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Run 001_setup plus some test/sql files with pg_regress, as `make check` does
-# (no build: run `make -j2 && make install` first).
+# Run some test/sql files with pg_regress on a throwaway server, as `make
+# check` does (no build: run `make -j2 && make install` first).  Each file
+# runs alone (it includes test/sql/include/setup.sql); name 001_setup too to
+# run after it, as the whole suite does.
 #
 #   bash test/t/run_regress.sh 030_bad_input          (names without .sql)
+#   bash test/t/run_regress.sh                        (the whole suite, REGRESS)
 #
 # The output dir (regression.diffs, results/, log/postmaster.log) is kept and
 # named at the end.
@@ -13,8 +16,10 @@ PGXS=$GD_PGXS_DIR
 WORK=$(mktemp -d /tmp/gd_regress.XXXXXX)
 chmod 755 "$WORK"
 mkdir -p "$WORK"/{sql,expected}
-names=(001_setup)
+names=()
 for a in "$@"; do names+=("$(basename "$a" .sql)"); done
+((${#names[@]})) || read -r -a names <<<"$(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$ROOT" --no-print-directory print-REGRESS)"
+cp -r "$ROOT/test/sql/include" "$WORK/sql/"
 for n in "${names[@]}"; do
     cp "$ROOT/test/sql/$n.sql" "$WORK/sql/"
     [[ -f $ROOT/expected/$n.out ]] && cp "$ROOT/expected/$n.out" "$WORK/expected/" || touch "$WORK/expected/$n.out"
