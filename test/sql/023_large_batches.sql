@@ -2,6 +2,11 @@
 -- 1,500 claims writes every transition and makes room under every
 -- concurrency key its instances held, each key having a second instance
 -- waiting behind it.  Queue 'big_batches' has no executors.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 SELECT gd_define_fsm('big', initial => 'work', queue => 'big_batches');
 SELECT gd_define_step('big', 'work');
 SELECT count(*) AS inserted

@@ -2,6 +2,11 @@
 -- executors do; a step refused waits, pushed back until its tokens will be
 -- there (or a minute at a time while its limit is dropped), and is not
 -- claimed meanwhile.  Queue 'rated_claims' has no executors.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 SELECT gd_set_rate_limit('claim_api', 2, '1 hour');
 SELECT gd_set_rate_limit('claim_step', 1, '1 hour');
 SELECT gd_define_fsm('rated', initial => 'call', queue => 'rated_claims');

@@ -1,6 +1,11 @@
 -- The statuses the engine's C++ knows (gd._live_statuses() and
 -- gd._terminal_statuses() come from it) are exactly the gd.status domain's,
 -- the live ones first.
+-- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
+\set ECHO none
+\getenv abs_srcdir PG_ABS_SRCDIR
+\set gd_setup :abs_srcdir '/sql/include/setup.sql'
+\i :gd_setup
 SELECT gd._live_statuses() AS live, gd._terminal_statuses() AS terminal;
 SELECT pg_get_constraintdef(c.oid) =
        format('CHECK ((VALUE = ANY (ARRAY[%s])))',

@@ -1,14 +1,13 @@
--- What 001_setup.sql creates, for a test/sql file run alone (make installcheck
--- REGRESS=NAME): the extension, the schema t and its helpers, and the engine's
--- workers up.  After 001_setup (the whole suite, in order) it creates nothing.
+-- What every test/sql file needs, made by the first to include it (001_setup
+-- in the whole suite, or a file run alone: make installcheck REGRESS=NAME):
+-- the extension, the schema t and its helpers, and the engine's workers up.
 -- A test includes it silently, right after its first comment:
 --   \set ECHO none
 --   \getenv abs_srcdir PG_ABS_SRCDIR
 --   \set gd_setup :abs_srcdir '/sql/include/setup.sql'
 --   \i :gd_setup
 -- (pg_regress 15 exports PG_ABS_SRCDIR, its --inputdir); this file ends with
--- \set ECHO all, so the rest of the test is echoed as usual.  Keep the
--- helpers the same as 001_setup.sql's.
+-- \set ECHO all, so the rest of the test is echoed as usual.
 SELECT to_regnamespace('t') IS NULL AS gd_setup_needed \gset
 \if :gd_setup_needed
 SET client_min_messages = warning;
