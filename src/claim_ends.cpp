@@ -265,13 +265,11 @@ GD_SQL_FUNCTION(gd_complete_all)
     return static_cast<Datum>(0);
 }
 
-/* gd._reclaim_leases(batch int) → int: reclaim up to batch expired leases. */
-GD_SQL_FUNCTION(gd_reclaim_leases)
+namespace {
+
+/* Reclaim up to `batch` expired leases; returns how many. */
+int reclaim_expired_leases(int batch)
 {
-    int32 batch = PG_GETARG_INT32(0);
-    if (batch < 1)
-        bad_argument(psprintf("batch must be positive, got %d", batch));
-    SPI_connect();
     if (expired_plan == nullptr) {
         Oid types[1] = {INT4OID};
         expired_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS
@@ -292,6 +290,62 @@ GD_SQL_FUNCTION(gd_reclaim_leases)
         gd_count(StatEvent::reaped, static_cast<uint64>(count));
         ereport(LOG, (errmsg("gen_durable: reclaimed %d expired lease%s", count, count == 1 ? "" : "s")));
     }
+    return count;
+}
+
+int checked_batch(FunctionCallInfo fcinfo)
+{
+    int32 batch = PG_GETARG_INT32(0);
+    if (batch < 1)
+        bad_argument(psprintf("batch must be positive, got %d", batch));
+    return batch;
+}
+
+} // namespace
+
+TimestampTz gd_expire_leases(int batch)
+{
+    if (reclaim_expired_leases(batch) >= batch)
+        return GetCurrentTimestamp(); /* a full batch may leave more: go again */
+    static SPIPlanPtr announce_plan = nullptr, next_plan = nullptr;
+    if (announce_plan == nullptr)
+        announce_plan = gd_prepare_kept("SELECT gd._announce_due_external()", 0, nullptr);
+    if (gd_execute_kept(announce_plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: announcing external work come due failed");
+    /* Leases already expired but locked by their worker's gd_complete are
+     * not waited for here: they are either completed or found next round. */
+    if (next_plan == nullptr)
+        next_plan = gd_prepare_kept("SELECT least((SELECT min(i.lease_expires_at) FROM gd._instances i"
+                                    "               WHERE i.status = 'executing' AND i.lease_expires_at >= now()),"
+                                    "             (SELECT min(i.eligible_at) FROM gd._instances i"
+                                    "               WHERE i.status = 'runnable' AND i.external"
+                                    "                 AND i.eligible_at > i.updated_at AND i.eligible_at > now()))",
+                                    0, nullptr);
+    if (gd_execute_kept(next_plan, nullptr, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+        elog(ERROR, "gen_durable: looking up the next lease to expire failed");
+    bool isnull;
+    Datum next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    return isnull ? 0 : DatumGetTimestampTz(next);
+}
+
+/* gd._reclaim_leases(batch int) → int: reclaim up to batch expired leases. */
+GD_SQL_FUNCTION(gd_reclaim_leases)
+{
+    int batch = checked_batch(fcinfo);
+    SPI_connect();
+    int count = reclaim_expired_leases(batch);
     SPI_finish();
     PG_RETURN_INT32(count);
+}
+
+/* gd._expire_leases(batch int) → timestamptz: the reaper's duty to external work (gd_expire_leases). */
+GD_SQL_FUNCTION(gd_expire_leases_sql)
+{
+    int batch = checked_batch(fcinfo);
+    SPI_connect();
+    TimestampTz next = gd_expire_leases(batch);
+    SPI_finish();
+    if (next == 0)
+        PG_RETURN_NULL();
+    PG_RETURN_TIMESTAMPTZ(next);
 }

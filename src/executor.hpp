@@ -167,6 +167,14 @@ void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transit
 void gd_flush_transitions(TransitionBatch &batch);
 /* Both halves, for callers without a subtransaction (external completions). */
 void gd_apply_transition(int64 id, Transition t);
+/*
+ * Resume a parked instance, its row locked by the caller, at its then_step
+ * with `resume` (jsonb: what the step sees in ctx); its queue's executors and
+ * its awaiters are woken at commit.
+ */
+void gd_resume_parked(int64 id, Datum resume);
+/* Resume the parents (all, or `parent` when not 0) whose children have all ended; returns how many. */
+int gd_resume_parents(int64 parent);
 /* Leave the (locked) instance as it is, to be picked again at `until`. */
 void gd_postpone(int64 id, TimestampTz until);
 /*
@@ -261,4 +269,8 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
 /* A worker's work inside one round's transaction; each returns the ms to sleep after it. */
 long gd_executor_round(WorkerSlot *slot, const char *queue); /* executor.cpp */
 long gd_reaper_round();                                      /* reaper.cpp */
+/* The reaper's duty to external work (claim_ends.cpp): reclaim up to `batch`
+ * expired leases, announce scheduled work come due; returns when it next has
+ * something to do (now: a full batch may leave more), or 0 for nothing. */
+TimestampTz gd_expire_leases(int batch);
 long gd_gc_round(const char *database);                      /* gc.cpp */

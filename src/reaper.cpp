@@ -1,34 +1,88 @@
 /*
- * reaper.cpp — the reaper's round, one reaper per served database.  It runs
- * gd._reap(), which ends timed-out waits, reclaims expired leases and resumes
- * parents whose children have all finished, and returns the next deadline;
- * the reaper sleeps until then (at most gen_durable.reaper_interval) or until
- * a commit that finishes a child wakes it.
+ * reaper.cpp — the reaper's round, one reaper per served database: what
+ * becomes due without anyone committing anything.  It ends timed-out waits,
+ * resumes parents whose children have all ended, admits instances a
+ * concurrency key has room for again, reclaims expired leases and announces
+ * external work come due, then sleeps until the next deadline (at most
+ * gen_durable.reaper_interval) or until a commit that ends a child wakes it.
+ * The instances' transitions are written by transition.cpp.
  */
 #include "executor.hpp"
+#include "stats.hpp"
 
 extern "C" {
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 }
 
 namespace {
 
-SPIPlanPtr reap_plan = nullptr;
+constexpr int WAITS_PER_ROUND = 500;
+constexpr int LEASES_PER_ROUND = 100;
+
+/* Waits whose deadline passed resume with ctx.timed_out; returns how many. */
+int expire_waits()
+{
+    static SPIPlanPtr expired_plan = nullptr;
+    if (expired_plan == nullptr) {
+        Oid types[1] = {INT4OID};
+        expired_plan = gd_prepare_kept("SELECT i.id FROM gd._instances i"
+                                       " WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= clock_timestamp()"
+                                       " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
+                                       1, types);
+    }
+    Datum args[1] = {Int32GetDatum(WAITS_PER_ROUND)};
+    if (gd_execute_kept(expired_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: looking up expired waits failed");
+    SPITupleTable *expired = SPI_tuptable; /* kept: each resume runs statements of its own */
+    int count = static_cast<int>(SPI_processed);
+    Datum timed_out = DirectFunctionCall1(jsonb_in, CStringGetDatum("{\"timed_out\": true, \"signals\": []}"));
+    for (int i = 0; i < count; i++) {
+        bool isnull;
+        gd_resume_parked(DatumGetInt64(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull)), timed_out);
+    }
+    gd_count(StatEvent::await_timeout, static_cast<uint64>(count));
+    return count;
+}
+
+/* Run one of the reaper's SQL duties. */
+void run_duty(SPIPlanPtr &plan, const char *sql)
+{
+    if (plan == nullptr)
+        plan = gd_prepare_kept(sql, 0, nullptr);
+    if (gd_execute_kept(plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: the reaper's %s failed", sql);
+}
+
+/* The earliest deadline of a timed wait; 0 when none. */
+TimestampTz next_wait_deadline()
+{
+    static SPIPlanPtr deadline_plan = nullptr;
+    run_duty(deadline_plan, "SELECT min(i.wait_deadline) FROM gd._instances i"
+                            " WHERE i.status = 'awaiting_signal' AND i.wait_deadline IS NOT NULL");
+    bool isnull;
+    Datum deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    return isnull ? 0 : DatumGetTimestampTz(deadline);
+}
 
 } // namespace
 
 long gd_reaper_round()
 {
-    if (reap_plan == nullptr) {
-        reap_plan = gd_prepare_kept("SELECT gd._reap()", 0, nullptr);
-    }
-    if (gd_execute_kept(reap_plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-        elog(ERROR, "gen_durable: gd._reap() failed");
-    bool isnull;
-    Datum next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    if (expire_waits() > 0)
+        return 0; /* a full batch may leave more: go again */
+    gd_resume_parents(0);
+    static SPIPlanPtr repair_plan = nullptr;
+    run_duty(repair_plan, "SELECT gd._repair_keys()");
+    TimestampTz next = next_wait_deadline();
+    TimestampTz leases_next = gd_expire_leases(LEASES_PER_ROUND);
+    if (leases_next != 0 && (next == 0 || leases_next < next))
+        next = leases_next;
     long sleep_ms = gd_reaper_interval_ms;
-    if (!isnull) {
-        long until_next = static_cast<long>((DatumGetTimestampTz(next) - GetCurrentTimestamp()) / 1000) + 1;
+    if (next != 0) {
+        long until_next = static_cast<long>((next - GetCurrentTimestamp()) / 1000) + 1;
         sleep_ms = Max(0L, Min(sleep_ms, until_next));
     }
     return sleep_ms;

@@ -32,7 +32,6 @@ enum OutcomeColumn {
 SPIPlanPtr update_plan = nullptr;
 SPIPlanPtr wake_if_signalled_plan = nullptr;
 SPIPlanPtr spawn_plan = nullptr;
-SPIPlanPtr resume_parent_plan = nullptr;
 SPIPlanPtr ungate_plan = nullptr;
 
 SPIPlanPtr batch_update_plan = nullptr;
@@ -345,8 +344,6 @@ void prepare_plans()
         Oid spawn_types[3] = {OIDOID, INT8OID, JSONBOID};
         spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2, $3)", 3, spawn_types);
     }
-    if (resume_parent_plan == nullptr)
-        resume_parent_plan = gd_prepare_kept("SELECT gd._resume_parents(ARRAY[$1])", 1, follow_up_types);
     Oid key_types[2] = {OIDOID, TEXTOID};
     ungate_plan = gd_prepare_kept("SELECT gd._ungate($1, $2)", 2, key_types);
 }
@@ -377,7 +374,7 @@ void after_transition(int64 id, const Transition &t)
         if (t.wait_deadline != 0)
             gd_wake_reaper_at_commit(); /* it sleeps until the earliest deadline: this one may be earlier */
     } else if (t.status == Status::awaiting_children && t.spawned == 0) {
-        call_follow_up(resume_parent_plan, id, 0); /* nothing to wait for */
+        gd_resume_parents(id); /* nothing to wait for */
     } else if (t.parent_id != 0 && (t.status == Status::done || t.status == Status::failed)) {
         gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
     }
@@ -546,6 +543,80 @@ void gd_release_concurrency_keys()
             elog(ERROR, "gen_durable: making room under concurrency key \"%s\" failed: %s", released.key,
                  SPI_result_code_string(result));
     }
+}
+
+void gd_resume_parked(int64 id, Datum resume)
+{
+    static SPIPlanPtr resume_plan = nullptr;
+    if (resume_plan == nullptr) {
+        Oid types[2] = {INT8OID, JSONBOID};
+        resume_plan = gd_prepare_kept(
+            "WITH next AS (SELECT n.queue, n.handler IS NULL AS external FROM gd._instances p"
+            "                JOIN gd._steps n ON n.fsm = p.fsm AND n.version = p.version AND n.step = p.wait_then_step"
+            "               WHERE p.id = $1)"
+            "UPDATE gd._instances i"
+            "   SET status = 'runnable', step = i.wait_then_step, attempt = 1, resume = $2,"
+            "       gated = gd._must_gate(i.owner, i.concurrency_key),"
+            "       external = coalesce((SELECT external FROM next), false),"
+            "       queue = (gd._route((SELECT queue FROM next), coalesce(i.home_queue, i.queue))).queue,"
+            "       home_queue = (gd._route((SELECT queue FROM next), coalesce(i.home_queue, i.queue))).home_queue,"
+            "       wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
+            "       eligible_at = clock_timestamp(), updated_at = clock_timestamp()"
+            " WHERE i.id = $1 RETURNING i.queue",
+            2, types);
+    }
+    Datum args[2] = {Int64GetDatum(id), resume};
+    if (gd_execute_kept(resume_plan, args, nullptr, false, 0) != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
+        elog(ERROR, "gen_durable: could not resume instance " INT64_FORMAT, id);
+    gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+    gd_wake_awaiters_at_commit(id);
+}
+
+int gd_resume_parents(int64 parent)
+{
+    /* The parents whose children have all ended, locked; all of them, or the one given. */
+#define ENDED_FAMILIES                                                                                         \
+    "SELECT p.id FROM gd._instances p"                                                                        \
+    " WHERE p.status = 'awaiting_children' AND NOT EXISTS ("                                                  \
+    "       SELECT FROM gd._instances c WHERE c.parent_id = p.id"                                              \
+    "          AND c.status IN ('runnable', 'executing', 'awaiting_signal', 'awaiting_children'))"
+    static SPIPlanPtr all_plan = nullptr, one_plan = nullptr, children_plan = nullptr;
+    Oid types[1] = {INT8OID};
+    if (all_plan == nullptr)
+        all_plan = gd_prepare_kept(ENDED_FAMILIES " FOR UPDATE OF p SKIP LOCKED", 0, nullptr);
+    if (one_plan == nullptr)
+        one_plan = gd_prepare_kept(ENDED_FAMILIES " AND p.id = $1 FOR UPDATE OF p SKIP LOCKED", 1, types);
+#undef ENDED_FAMILIES
+    if (children_plan == nullptr)
+        children_plan = gd_prepare_kept(
+            "SELECT jsonb_build_object('children', coalesce(jsonb_agg(jsonb_build_object("
+            "           'id', c.id, 'fsm', c.fsm, 'status', c.status, 'result', c.result, 'error', c.error)"
+            "           ORDER BY c.id), '[]'))"
+            "  FROM gd._instances c WHERE c.parent_id = $1",
+            1, types);
+    Datum args[1] = {Int64GetDatum(parent)};
+    if (gd_execute_kept(parent != 0 ? one_plan : all_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: looking up parents to resume failed");
+    SPITupleTable *parents = SPI_tuptable; /* kept: each resume runs statements of its own */
+    int count = static_cast<int>(SPI_processed);
+    for (int i = 0; i < count; i++) {
+        bool isnull;
+        Datum id = SPI_getbinval(parents->vals[i], parents->tupdesc, 1, &isnull);
+        if (gd_execute_kept(children_plan, &id, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+            elog(ERROR, "gen_durable: reading the children of instance " INT64_FORMAT " failed", DatumGetInt64(id));
+        Datum children = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+        gd_resume_parked(DatumGetInt64(id), children);
+    }
+    return count;
+}
+
+/* gd._resume_parked(instance_id bigint, resume_with jsonb): gd_resume_parked, for the SQL paths (a signal). */
+GD_SQL_FUNCTION(gd_resume_parked_sql)
+{
+    SPI_connect();
+    gd_resume_parked(PG_GETARG_INT64(0), PG_GETARG_DATUM(1));
+    SPI_finish();
+    PG_RETURN_VOID();
 }
 
 void gd_postpone(int64 id, TimestampTz until)

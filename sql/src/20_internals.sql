@@ -18,6 +18,10 @@ CREATE OR REPLACE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_awaiters_on_commit';
 CREATE OR REPLACE FUNCTION gd._wake_reaper_on_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_reaper_on_commit';
+-- Resume a parked instance, its row locked by the caller, at its then_step
+-- with `resume_with` for the next step's ctx (src/transition.cpp).
+CREATE OR REPLACE FUNCTION gd._resume_parked(instance_id bigint, resume_with jsonb) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_resume_parked_sql';
 -- Runs steps in the calling session as an executor would (handlers as their
 -- FSM's owners): for superusers only, like every gd._* function.
 CREATE OR REPLACE FUNCTION gd._execute(queue text, max int DEFAULT 1) RETURNS int

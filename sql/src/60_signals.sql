@@ -25,7 +25,7 @@ BEGIN
     IF consumed IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM gd._resume_parked(parked, jsonb_build_object('signals', consumed));
+    PERFORM gd._resume_parked(parked.id, jsonb_build_object('signals', consumed));
     RETURN true;
 END $$;
 

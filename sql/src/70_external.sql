@@ -275,19 +275,7 @@ END $$;
 
 -- The reaper's duty to external work, in small batches: reclaim expired
 -- leases, announce work that came due.  Returns when it next has something
--- to do (a lease expires or scheduled work comes due), or NULL.
+-- to do (a lease expires or scheduled work comes due), or NULL
+-- (src/claim_ends.cpp: gd_expire_leases, which the reaper calls).
 CREATE OR REPLACE FUNCTION gd._expire_leases(batch int DEFAULT 100) RETURNS timestamptz
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF gd._reclaim_leases(batch) >= batch THEN
-        RETURN clock_timestamp();          -- a full batch may leave more: go again
-    END IF;
-    PERFORM gd._announce_due_external();
-    -- Leases already expired but locked by their worker's gd_complete are
-    -- not waited for here: they are either completed or found next round.
-    RETURN least((SELECT min(i.lease_expires_at) FROM gd._instances i
-                   WHERE i.status = 'executing' AND i.lease_expires_at >= now()),
-                 (SELECT min(i.eligible_at) FROM gd._instances i
-                   WHERE i.status = 'runnable' AND i.external AND i.eligible_at > i.updated_at
-                     AND i.eligible_at > now()));
-END $$;
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_expire_leases_sql';
