@@ -108,6 +108,39 @@ gd_build_install() {
     gd_log "built and installed into $("$GD_PG_CONFIG" --pkglibdir)"
 }
 
+# Build (warning-free, as above) and install a test module of test/modules
+# ($1, its directory; its own extension, gen_durable's files untouched). The
+# make output goes to $2 and is printed only when something is wrong.
+gd_build_install_module() {
+    local dir=$1 log=$2 name
+    local mk=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$dir" --no-print-directory PG_CONFIG="$GD_PG_CONFIG")
+    name=$(basename "$dir")
+    gd_log "building test module $name"
+    if ! "${mk[@]}" >"$log" 2>&1; then
+        echo "test module $name: build FAILED; make output:" >&2
+        tail -c 20000 "$log" >&2
+        return 1
+    fi
+    if grep -qi 'warning:' "$log"; then
+        echo "test module $name: build produced warnings (treated as failure):" >&2
+        grep -i -B2 -A4 'warning:' "$log" | head -c 20000 >&2
+        return 1
+    fi
+    if ! "${mk[@]}" install >>"$log" 2>&1; then
+        echo "test module $name: make install FAILED:" >&2
+        tail -c 20000 "$log" >&2
+        return 1
+    fi
+}
+
+# The regress tests of a test module ($1, its directory): its Makefile's
+# REGRESS, one name a line.
+gd_module_regress() {
+    # shellcheck disable=SC2016 # $(REGRESS) is make's
+    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$1" --no-print-directory PG_CONFIG="$GD_PG_CONFIG" \
+        --eval='gd-print-REGRESS: ; @echo $(REGRESS)' gd-print-REGRESS | tr -s ' ' '\n' | sed '/^$/d'
+}
+
 # The release the update test (test/t/046_update.pl) starts from: its tag, or
 # its commit where the clone has no tags.
 GD_PREVIOUS_RELEASE=v0.1

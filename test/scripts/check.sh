@@ -3,17 +3,21 @@
 # every test suite against throwaway PostgreSQL 15 instances:
 #
 #   pg_regress            test/sql/NNN_name.sql   vs expected/NNN_name.out
+#   pg_regress            test/modules/M/sql/*.sql vs test/modules/M/expected
+#                         (test modules, each built and installed first)
 #   pg_isolation_regress  test/specs/name.spec    vs expected/name.out
 #   TAP (prove)           test/t/*.pl             PostgreSQL::Test::Cluster
 #
 # Counting: each pg_regress test and each isolation spec is 1 result (ok or
 # failed); each TAP assertion is 1 result (a TAP file that dies or exits badly
-# adds 1 failure). A failed build counts as 1 failure. The last line printed
-# is always exactly "N passed, M failed"; the exit code is non-zero if M > 0.
+# adds 1 failure). A failed build counts as 1 failure (a test module's too).
+# The last line printed is always exactly "N passed, M failed"; the exit code
+# is non-zero if M > 0.
 #
 # The regress and isolation tests are the Makefile's REGRESS and ISOLATION
 # (read with `make print-REGRESS` / `make print-ISOLATION`), the lists
-# `make installcheck` runs against a running server.
+# `make installcheck` runs against a running server.  A test module's are its
+# own Makefile's REGRESS (`make -C test/modules/M install installcheck`).
 #
 # Conventions for test authors:
 #  - the regress database is gd_regress (see test/pg_test.conf), shared by
@@ -131,6 +135,16 @@ cp -r "$ROOT/examples" "$ROOT/clients" "$WORK/"   # examples, and the client lib
 # (a failure here fails the Node.js client's test)
 gd_node_client_deps "$WORK/clients/node" || echo "the Node.js client's dependencies could not be installed" >&2
 cp "$ROOT/README.md" "$WORK/README.md"     # its tutorial, run by a TAP test
+# The test modules' regress tests, each module in a directory of its own.
+shopt -s nullglob
+module_dirs=("$ROOT"/test/modules/*/)
+shopt -u nullglob
+for dir in "${module_dirs[@]}"; do
+    dir=${dir%/}
+    mkdir -p "$WORK/modules/${dir##*/}"
+    cp -r "$dir/sql" "$dir/expected" "$WORK/modules/${dir##*/}/"
+done
+: >"$WORK/module.conf"   # the modules need no settings of their own
 [[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
 export GD_PG_HOME=$WORK
 cd "$WORK"   # postgres inherits the cwd: it must be one it can enter
@@ -138,8 +152,10 @@ cd "$WORK"   # postgres inherits the cwd: it must be one it can enter
 # Run one pg_regress-style suite and count its results.
 #   $1 label  $2 driver binary  $3 temp-config  $4 out dir  $5 temp instance
 #   $6.. extra driver args, then "--", then test names
+#   (REGRESS_INPUTDIR=DIR run_regress_suite ...: sql/ and expected/ under DIR,
+#   not $WORK)
 run_regress_suite() {
-    local label=$1 driver=$2 conf=$3 outdir=$4 inst=$5
+    local label=$1 driver=$2 conf=$3 outdir=$4 inst=$5 indir=${REGRESS_INPUTDIR:-$WORK}
     shift 5
     local extra=()
     while [[ $1 != -- ]]; do extra+=("$1"); shift; done
@@ -149,7 +165,7 @@ run_regress_suite() {
     local names=() name port rc
 
     for name in "$@"; do
-        if [[ -f $WORK/expected/$name.out ]]; then
+        if [[ -f $indir/expected/$name.out ]]; then
             names+=("$name")
         else
             echo "test $name ... FAILED (no expected/$name.out in the repository)"
@@ -162,7 +178,7 @@ run_regress_suite() {
     set +e
     gd_as_pg timeout --kill-after=15 "$SUITE_TIMEOUT" "$driver" \
         --temp-instance="$inst" --temp-config="$conf" \
-        --inputdir="$WORK" --outputdir="$outdir" \
+        --inputdir="$indir" --outputdir="$outdir" \
         --bindir="$GD_PG_BINDIR" --port="$port" \
         --no-locale --encoding=UTF8 "${extra[@]}" "${names[@]}" 2>&1 |
         tee "$WORK/$label.out"
@@ -209,6 +225,30 @@ if ((${#regress_names[@]})); then
 else
     echo "no test/sql/*.sql: skipped"
 fi
+
+# Build and install each test module of test/modules (its own extension,
+# gen_durable's files untouched), then run its regress tests on a server of
+# its own.  A module that does not build counts as 1 failure.
+run_module_suites() {
+    local dir name list names
+    for dir in "${module_dirs[@]}"; do
+        dir=${dir%/}
+        name=${dir##*/}
+        section "pg_regress (test/modules/$name)"
+        if ! gd_build_install_module "$dir" "$WORK/modules/$name.build.log" ||
+            ! list=$(gd_module_regress "$dir"); then
+            FAILED=$((FAILED + 1))
+            continue
+        fi
+        mapfile -t names <<<"$list"
+        [[ -n ${names[0]:-} ]] || { echo "no REGRESS in test/modules/$name/Makefile: skipped"; continue; }
+        REGRESS_INPUTDIR="$WORK/modules/$name" run_regress_suite "module_$name" \
+            "$PGXS/src/test/regress/pg_regress" "$WORK/module.conf" \
+            "$WORK/modules/$name/out" "$WORK/modules/$name/tmp_check" \
+            --dbname=contrib_regression -- "${names[@]}"
+    done
+}
+run_module_suites
 
 # ------------------------------------------------------------------- isolation
 section "isolation (test/specs)"
