@@ -270,16 +270,12 @@ namespace {
 /* Reclaim up to `batch` expired leases; returns how many. */
 int reclaim_expired_leases(int batch)
 {
-    if (expired_plan == nullptr) {
-        Oid types[1] = {INT4OID};
-        expired_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS
-                                       "  FROM gd._instances i"
-                                       " WHERE i.status = 'executing' AND i.lease_expires_at < now()"
-                                       " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
-                                       1, types);
-    }
     Datum args[1] = {Int32GetDatum(batch)};
-    if (gd_execute_kept(expired_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    if (gd_run_kept(expired_plan,
+                    "SELECT " CLAIMED_COLUMNS "  FROM gd._instances i"
+                    " WHERE i.status = 'executing' AND i.lease_expires_at < now()"
+                    " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
+                    {INT4OID}, args, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up expired leases failed");
     /* Keep the rows: each transition runs statements of its own. */
     SPITupleTable *expired = SPI_tuptable;
@@ -308,20 +304,18 @@ TimestampTz gd_expire_leases(int batch)
     if (reclaim_expired_leases(batch) >= batch)
         return GetCurrentTimestamp(); /* a full batch may leave more: go again */
     static SPIPlanPtr announce_plan = nullptr, next_plan = nullptr;
-    if (announce_plan == nullptr)
-        announce_plan = gd_prepare_kept("SELECT gd._announce_due_external()", 0, nullptr);
-    if (gd_execute_kept(announce_plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT)
+    if (gd_run_kept(announce_plan, "SELECT gd._announce_due_external()", {}, nullptr, false, 1) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: announcing external work come due failed");
     /* Leases already expired but locked by their worker's gd_complete are
      * not waited for here: they are either completed or found next round. */
-    if (next_plan == nullptr)
-        next_plan = gd_prepare_kept("SELECT least((SELECT min(i.lease_expires_at) FROM gd._instances i"
-                                    "               WHERE i.status = 'executing' AND i.lease_expires_at >= now()),"
-                                    "             (SELECT min(i.eligible_at) FROM gd._instances i"
-                                    "               WHERE i.status = 'runnable' AND i.external"
-                                    "                 AND i.eligible_at > i.updated_at AND i.eligible_at > now()))",
-                                    0, nullptr);
-    if (gd_execute_kept(next_plan, nullptr, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    int result = gd_run_kept(next_plan,
+                             "SELECT least((SELECT min(i.lease_expires_at) FROM gd._instances i"
+                             "               WHERE i.status = 'executing' AND i.lease_expires_at >= now()),"
+                             "             (SELECT min(i.eligible_at) FROM gd._instances i"
+                             "               WHERE i.status = 'runnable' AND i.external"
+                             "                 AND i.eligible_at > i.updated_at AND i.eligible_at > now()))",
+                             {}, nullptr, true, 1);
+    if (result != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: looking up the next lease to expire failed");
     bool isnull;
     Datum next = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

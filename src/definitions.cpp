@@ -116,12 +116,9 @@ const StepDefinition *gd_find_step(const char *fsm, int version, const char *ste
 bool gd_version_not_ready(const char *fsm, int version)
 {
     static SPIPlanPtr steps_plan = nullptr;
-    if (steps_plan == nullptr) {
-        Oid types[2] = {TEXTOID, INT4OID};
-        steps_plan = gd_prepare_kept("SELECT FROM gd._steps s WHERE s.fsm = $1 AND s.version = $2 LIMIT 1", 2, types);
-    }
     Datum args[2] = {CStringGetTextDatum(fsm), Int32GetDatum(version)};
-    if (gd_execute_kept(steps_plan, args, nullptr, true, 1) != SPI_OK_SELECT)
+    if (gd_run_kept(steps_plan, "SELECT FROM gd._steps s WHERE s.fsm = $1 AND s.version = $2 LIMIT 1",
+                    {TEXTOID, INT4OID}, args, true, 1) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up the steps of FSM \"%s\" version %d failed", fsm, version);
     return SPI_processed == 0;
 }

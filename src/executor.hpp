@@ -6,6 +6,8 @@
 
 #include "gen_durable.hpp"
 
+#include <initializer_list>
+
 extern "C" {
 #include "executor/spi.h"
 #include "utils/jsonb.h"
@@ -68,6 +70,9 @@ SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types);
 enum class KeptJoins { planner_choice, hashed };
 int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count,
                     KeptJoins joins = KeptJoins::planner_choice);
+/* Both: run `sql` (no NULL arguments), prepared into `plan` at its first run. */
+int gd_run_kept(SPIPlanPtr &plan, const char *sql, std::initializer_list<Oid> types, Datum *args, bool read_only,
+                long count);
 /* Read the columns of GD_INSTANCE_COLUMNS (in that order) into `row`, copied into CurrentMemoryContext. */
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);
 /* Lock up to `limit` runnable in-database steps of the queue, best first;

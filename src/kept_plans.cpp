@@ -51,6 +51,19 @@ SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
     return plan;
 }
 
+int gd_run_kept(SPIPlanPtr &plan, const char *sql, std::initializer_list<Oid> types, Datum *args, bool read_only,
+                long count)
+{
+    if (plan == nullptr) {
+        Oid argument_types[FUNC_MAX_ARGS];
+        int nargs = 0;
+        for (Oid type : types)
+            argument_types[nargs++] = type;
+        plan = gd_prepare_kept(sql, nargs, argument_types);
+    }
+    return gd_execute_kept(plan, args, nullptr, read_only, count);
+}
+
 int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count, KeptJoins joins)
 {
     /* Undone by AtEOXact_GUC below, or by the (sub)transaction's abort if the statement raises. */

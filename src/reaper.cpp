@@ -26,15 +26,12 @@ constexpr int LEASES_PER_ROUND = 100;
 int expire_waits()
 {
     static SPIPlanPtr expired_plan = nullptr;
-    if (expired_plan == nullptr) {
-        Oid types[1] = {INT4OID};
-        expired_plan = gd_prepare_kept("SELECT i.id FROM gd._instances i"
-                                       " WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= clock_timestamp()"
-                                       " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
-                                       1, types);
-    }
     Datum args[1] = {Int32GetDatum(WAITS_PER_ROUND)};
-    if (gd_execute_kept(expired_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    if (gd_run_kept(expired_plan,
+                    "SELECT i.id FROM gd._instances i"
+                    " WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= clock_timestamp()"
+                    " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
+                    {INT4OID}, args, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up expired waits failed");
     SPITupleTable *expired = SPI_tuptable; /* kept: each resume runs statements of its own */
     int count = static_cast<int>(SPI_processed);
@@ -50,9 +47,7 @@ int expire_waits()
 /* Run one of the reaper's SQL duties. */
 void run_duty(SPIPlanPtr &plan, const char *sql)
 {
-    if (plan == nullptr)
-        plan = gd_prepare_kept(sql, 0, nullptr);
-    if (gd_execute_kept(plan, nullptr, nullptr, false, 1) != SPI_OK_SELECT)
+    if (gd_run_kept(plan, sql, {}, nullptr, false, 1) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: the reaper's %s failed", sql);
 }
 

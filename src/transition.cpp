@@ -152,6 +152,15 @@ void append_json_field(StringInfo json, const char *key, const char *value, bool
         escape_json(json, value);
 }
 
+/* The error document of a gd_retry or gd_stop outcome: `kind`, "step ... <did>", the user's error. */
+Datum outcome_error(const PickedInstance &row, HeapTupleHeader outcome, const char *kind, const char *did)
+{
+    bool isnull;
+    Datum error = GetAttributeByNum(outcome, OUTCOME_ERROR, &isnull);
+    return gd_error_document(row, ErrorFields{kind, psprintf("gen_durable: step \"%s\" %s", row.step, did)},
+                             isnull ? 0 : error);
+}
+
 } // namespace
 
 Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition &def, HeapTupleHeader outcome,
@@ -199,10 +208,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         return t;
     }
     if (strcmp(kind, "retry") == 0) {
-        Datum error = GetAttributeByNum(outcome, OUTCOME_ERROR, &isnull);
-        Datum error_json = gd_error_document(
-            row, ErrorFields{"retry", psprintf("gen_durable: step \"%s\" asked to run again", row.step)},
-            isnull ? 0 : error);
+        Datum error_json = outcome_error(row, outcome, "retry", "asked to run again");
         Datum backoff = GetAttributeByNum(outcome, OUTCOME_BACKOFF, &isnull);
         int64 backoff_us = isnull ? -1 : interval_usecs(backoff);
         if (!isnull && backoff_us < 0)
@@ -216,10 +222,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         return done;
     }
     if (strcmp(kind, "stop") == 0) {
-        Datum error = GetAttributeByNum(outcome, OUTCOME_ERROR, &isnull);
-        Datum error_json = gd_error_document(
-            row, ErrorFields{"stop", psprintf("gen_durable: step \"%s\" stopped its instance", row.step)},
-            isnull ? 0 : error);
+        Datum error_json = outcome_error(row, outcome, "stop", "stopped its instance");
         Transition stopped = gd_final_transition(row, Status::failed, 0, error_json);
         stopped.external = t.external;
         return stopped;
@@ -548,10 +551,10 @@ void gd_release_concurrency_keys()
 void gd_resume_parked(int64 id, Datum resume)
 {
     static SPIPlanPtr resume_plan = nullptr;
-    if (resume_plan == nullptr) {
-        Oid types[2] = {INT8OID, JSONBOID};
-        resume_plan = gd_prepare_kept(
-            "WITH next AS (SELECT n.queue, n.handler IS NULL AS external FROM gd._instances p"
+    Datum args[2] = {Int64GetDatum(id), resume};
+    int result = gd_run_kept(
+        resume_plan,
+        "WITH next AS (SELECT n.queue, n.handler IS NULL AS external FROM gd._instances p"
             "                JOIN gd._steps n ON n.fsm = p.fsm AND n.version = p.version AND n.step = p.wait_then_step"
             "               WHERE p.id = $1)"
             "UPDATE gd._instances i"
@@ -563,10 +566,8 @@ void gd_resume_parked(int64 id, Datum resume)
             "       wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
             "       eligible_at = clock_timestamp(), updated_at = clock_timestamp()"
             " WHERE i.id = $1 RETURNING i.queue",
-            2, types);
-    }
-    Datum args[2] = {Int64GetDatum(id), resume};
-    if (gd_execute_kept(resume_plan, args, nullptr, false, 0) != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
+        {INT8OID, JSONBOID}, args, false, 0);
+    if (result != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
         elog(ERROR, "gen_durable: could not resume instance " INT64_FORMAT, id);
     gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
     gd_wake_awaiters_at_commit(id);
@@ -581,28 +582,26 @@ int gd_resume_parents(int64 parent)
     "       SELECT FROM gd._instances c WHERE c.parent_id = p.id"                                              \
     "          AND c.status IN ('runnable', 'executing', 'awaiting_signal', 'awaiting_children'))"
     static SPIPlanPtr all_plan = nullptr, one_plan = nullptr, children_plan = nullptr;
-    Oid types[1] = {INT8OID};
-    if (all_plan == nullptr)
-        all_plan = gd_prepare_kept(ENDED_FAMILIES " FOR UPDATE OF p SKIP LOCKED", 0, nullptr);
-    if (one_plan == nullptr)
-        one_plan = gd_prepare_kept(ENDED_FAMILIES " AND p.id = $1 FOR UPDATE OF p SKIP LOCKED", 1, types);
-#undef ENDED_FAMILIES
-    if (children_plan == nullptr)
-        children_plan = gd_prepare_kept(
-            "SELECT jsonb_build_object('children', coalesce(jsonb_agg(jsonb_build_object("
-            "           'id', c.id, 'fsm', c.fsm, 'status', c.status, 'result', c.result, 'error', c.error)"
-            "           ORDER BY c.id), '[]'))"
-            "  FROM gd._instances c WHERE c.parent_id = $1",
-            1, types);
     Datum args[1] = {Int64GetDatum(parent)};
-    if (gd_execute_kept(parent != 0 ? one_plan : all_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
+    int result = parent != 0
+                     ? gd_run_kept(one_plan, ENDED_FAMILIES " AND p.id = $1 FOR UPDATE OF p SKIP LOCKED", {INT8OID},
+                                   args, false, 0)
+                     : gd_run_kept(all_plan, ENDED_FAMILIES " FOR UPDATE OF p SKIP LOCKED", {}, args, false, 0);
+#undef ENDED_FAMILIES
+    if (result != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up parents to resume failed");
     SPITupleTable *parents = SPI_tuptable; /* kept: each resume runs statements of its own */
     int count = static_cast<int>(SPI_processed);
     for (int i = 0; i < count; i++) {
         bool isnull;
         Datum id = SPI_getbinval(parents->vals[i], parents->tupdesc, 1, &isnull);
-        if (gd_execute_kept(children_plan, &id, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+        result = gd_run_kept(children_plan,
+                             "SELECT jsonb_build_object('children', coalesce(jsonb_agg(jsonb_build_object("
+                             "           'id', c.id, 'fsm', c.fsm, 'status', c.status, 'result', c.result,"
+                             "           'error', c.error) ORDER BY c.id), '[]'))"
+                             "  FROM gd._instances c WHERE c.parent_id = $1",
+                             {INT8OID}, &id, true, 1);
+        if (result != SPI_OK_SELECT || SPI_processed != 1)
             elog(ERROR, "gen_durable: reading the children of instance " INT64_FORMAT " failed", DatumGetInt64(id));
         Datum children = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
         gd_resume_parked(DatumGetInt64(id), children);
@@ -622,12 +621,9 @@ GD_SQL_FUNCTION(gd_resume_parked_sql)
 void gd_postpone(int64 id, TimestampTz until)
 {
     static SPIPlanPtr postpone_plan = nullptr;
-    if (postpone_plan == nullptr) {
-        Oid types[2] = {INT8OID, TIMESTAMPTZOID};
-        postpone_plan = gd_prepare_kept("UPDATE gd._instances SET eligible_at = $2 WHERE id = $1", 2, types);
-    }
     Datum args[2] = {Int64GetDatum(id), TimestampTzGetDatum(until)};
-    if (gd_execute_kept(postpone_plan, args, nullptr, false, 0) != SPI_OK_UPDATE)
+    if (gd_run_kept(postpone_plan, "UPDATE gd._instances SET eligible_at = $2 WHERE id = $1", {INT8OID, TIMESTAMPTZOID},
+                    args, false, 0) != SPI_OK_UPDATE)
         elog(ERROR, "gen_durable: could not postpone instance " INT64_FORMAT, id);
 }
 

@@ -124,6 +124,33 @@ BEGIN
         MESSAGE = 'gen_durable: ' || message, DETAIL = coalesce(detail, '');
 END $$;
 
+-- Refuse an empty name: "`what` must not be empty".
+CREATE OR REPLACE FUNCTION gd._check_not_empty(value text, what text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF value IS NULL OR value = '' THEN
+        PERFORM gd._bad_argument(what || ' must not be empty');
+    END IF;
+END $$;
+
+-- Refuse a count under 1: "`what`, got <value>".
+CREATE OR REPLACE FUNCTION gd._check_positive(value int, what text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF value IS NULL OR value < 1 THEN
+        PERFORM gd._bad_argument(format('%s, got %s', what, coalesce(value::text, 'NULL')));
+    END IF;
+END $$;
+
+-- Refuse a value that is not a JSON `kind` ('object', 'array'): "`what`, got <value>".
+CREATE OR REPLACE FUNCTION gd._check_json(value jsonb, kind text, what text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF value IS NULL OR jsonb_typeof(value) <> kind THEN
+        PERFORM gd._bad_argument(format('%s, got %s', what, coalesce(value::text, 'NULL')));
+    END IF;
+END $$;
+
 -- Delays, timeouts and leases: not negative, and at most 100 years (longer
 -- would overflow timestamps; it means "never" anyway).
 CREATE OR REPLACE FUNCTION gd._check_interval(value interval, what text) RETURNS interval

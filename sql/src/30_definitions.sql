@@ -26,21 +26,11 @@ DECLARE
     step_name text;
     options jsonb;
 BEGIN
-    IF fsm_name IS NULL OR fsm_name = '' THEN
-        PERFORM gd._bad_argument('FSM name must not be empty');
-    END IF;
+    PERFORM gd._check_not_empty(fsm_name, 'FSM name');
     PERFORM gd._check_length(fsm_name, 'FSM name'), gd._check_length(initial, 'initial step name');
-    IF initial IS NULL OR initial = '' THEN
-        PERFORM gd._bad_argument(format('initial step of FSM %L must not be empty', fsm_name));
-    END IF;
-    IF fsm_version IS NULL OR fsm_version < 1 THEN
-        PERFORM gd._bad_argument(format('version of FSM %L must be a positive integer, got %s',
-                                        fsm_name, coalesce(fsm_version::text, 'NULL')));
-    END IF;
-    IF state_defaults IS NULL OR jsonb_typeof(state_defaults) <> 'object' THEN
-        PERFORM gd._bad_argument(format('state_defaults of FSM %L must be a JSON object, got %s',
-                                        fsm_name, coalesce(state_defaults::text, 'NULL')));
-    END IF;
+    PERFORM gd._check_not_empty(initial, format('initial step of FSM %L', fsm_name));
+    PERFORM gd._check_positive(fsm_version, format('version of FSM %L must be a positive integer', fsm_name));
+    PERFORM gd._check_json(state_defaults, 'object', format('state_defaults of FSM %L must be a JSON object', fsm_name));
     PERFORM gd._check_queue_name(queue, format('FSM %L', fsm_name));
     -- One definition of a name at a time, so two roles cannot both take a new
     -- name (checked before too: a refused caller takes no lock).
@@ -140,13 +130,8 @@ BEGIN
         END IF;
     END IF;
     PERFORM gd._check_owns(caller, fsm_row.name), gd._check_length(step, 'step name');
-    IF step IS NULL OR step = '' THEN
-        PERFORM gd._bad_argument(format('step name of FSM %L must not be empty', fsm));
-    END IF;
-    IF max_attempts IS NULL OR max_attempts < 1 THEN
-        PERFORM gd._bad_argument(format('max_attempts of step %L must be at least 1, got %s',
-                                        step, coalesce(max_attempts::text, 'NULL')));
-    END IF;
+    PERFORM gd._check_not_empty(step, format('step name of FSM %L', fsm));
+    PERFORM gd._check_positive(max_attempts, format('max_attempts of step %L must be at least 1', step));
     IF backoff IS NULL OR backoff < interval '0' OR max_backoff IS NULL OR max_backoff < interval '0' THEN
         PERFORM gd._bad_argument(format('backoff and max_backoff of step %L must be non-negative intervals', step));
     END IF;

@@ -23,10 +23,7 @@ DECLARE
 BEGIN
     fsm_row := gd._ready_fsm(fsm);
     PERFORM gd._check_may_use(caller, fsm_row.name);
-    IF state IS NULL OR jsonb_typeof(state) <> 'object' THEN
-        PERFORM gd._bad_argument(format('state of a %L instance must be a JSON object, got %s',
-                                        fsm, coalesce(state::text, 'NULL')));
-    END IF;
+    PERFORM gd._check_json(state, 'object', format('state of a %L instance must be a JSON object', fsm));
     first_step := coalesce(step, fsm_row.initial_step);
     first := gd._step(fsm_row.name, fsm_row.version, first_step);
     IF queue IS NULL THEN
@@ -146,10 +143,7 @@ RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     unknown text;
 BEGIN
-    IF entry IS NULL OR jsonb_typeof(entry) <> 'object' THEN
-        PERFORM gd._bad_argument(format('each entry must be a JSON object of insert options, got %s',
-                                        coalesce(entry::text, 'NULL')));
-    END IF;
+    PERFORM gd._check_json(entry, 'object', 'each entry must be a JSON object of insert options');
     SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(entry) k
      WHERE k NOT IN ('fsm', 'state', 'step', 'queue', 'priority', 'concurrency_key', 'correlation_key',
                      'correlation_scope', 'rate_limit', 'weight', 'eligible_at', 'schedule_in');
@@ -221,23 +215,32 @@ RETURNS SETOF bigint LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._insert_all(fsm text, entries jsonb) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM gd._check_json(entries, 'array', 'entries must be a JSON array of insert options');
+    RETURN QUERY SELECT gd._insert_entries(gd._caller(), fsm, entries, 'skip', NULL, NULL);
+END $$;
+
+-- Insert option objects (a validated JSON array) with the rights of
+-- `caller`, under `parent_id` when given; returns the new ids (not those
+-- `on_duplicate` skipped).  `needs_fsm`: what to call an entry that must name
+-- its fsm (NULL: entries may leave it to `default_fsm`).
+CREATE OR REPLACE FUNCTION gd._insert_entries(caller oid, default_fsm text, entries jsonb, on_duplicate text,
+                                              parent_id bigint, needs_fsm text) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
 DECLARE
-    caller oid := gd._caller();
+    plain_fsm text := gd._plain_entries_fsm(entries, default_fsm);
     entry jsonb;
     new_id bigint;
-    plain_fsm text;
 BEGIN
-    IF entries IS NULL OR jsonb_typeof(entries) <> 'array' THEN
-        PERFORM gd._bad_argument(format('entries must be a JSON array of insert options, got %s',
-                                        coalesce(entries::text, 'NULL')));
-    END IF;
-    plain_fsm := gd._plain_entries_fsm(entries, fsm);
     IF plain_fsm IS NOT NULL THEN
-        RETURN QUERY SELECT gd._insert_plain(caller, plain_fsm, entries, NULL);
+        RETURN QUERY SELECT gd._insert_plain(caller, plain_fsm, entries, parent_id);
         RETURN;
     END IF;
     FOR entry IN SELECT e FROM jsonb_array_elements(entries) e LOOP
-        new_id := gd._insert_entry(caller, fsm, entry, 'skip');
+        IF needs_fsm IS NOT NULL AND jsonb_typeof(entry) = 'object' AND NOT entry ? 'fsm' THEN
+            PERFORM gd._bad_argument(format('each %s needs an fsm, got %s', needs_fsm, entry));
+        END IF;
+        new_id := gd._insert_entry(caller, default_fsm, entry, on_duplicate, parent_id);
         IF new_id IS NOT NULL THEN
             RETURN NEXT new_id;
         END IF;

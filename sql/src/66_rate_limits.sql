@@ -196,9 +196,7 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_drop_rate_limit(name text) RETURNS boo
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._drop_rate_limit(name text) RETURNS boolean
-LANGUAGE plpgsql AS $$
-#variable_conflict use_variable
-BEGIN
-    DELETE FROM gd._rate_limits l WHERE l.name = gd._check_limit_name(name);
-    RETURN FOUND;
-END $$;
+LANGUAGE sql AS $$
+    WITH dropped AS (DELETE FROM gd._rate_limits l WHERE l.name = gd._check_limit_name(_drop_rate_limit.name) RETURNING 1)
+    SELECT count(*) > 0 FROM dropped
+$$;

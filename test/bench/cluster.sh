@@ -23,9 +23,14 @@ BENCH_SETUP_SQL=
 # The install is system-wide, shared with any other build on this machine
 # (a concurrent `make check`, say): remember what we installed, and say so
 # in the report if the server ends up running something else.
+# The install script of the checkout's version (gen_durable.control).
+bench_install_script() {
+    echo "gen_durable--$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$GD_ROOT/gen_durable.control").sql"
+}
+
 bench_installed_sum() {
     cat "$("$GD_PG_CONFIG" --pkglibdir)/gen_durable.so" \
-        "$("$GD_PG_CONFIG" --sharedir)/extension/gen_durable--0.1.sql" | md5sum | cut -c1-32
+        "$("$GD_PG_CONFIG" --sharedir)/extension/$(bench_install_script)" | md5sum | cut -c1-32
 }
 
 bench_cleanup() {
@@ -51,7 +56,7 @@ bench_cleanup() {
 
 bench_cluster_init() {
     BENCH_NAME=$1
-    BENCH_BUILT_SUM=$(cat "$GD_ROOT/gen_durable.so" "$GD_ROOT/sql/gen_durable--0.1.sql" | md5sum | cut -c1-32)
+    BENCH_BUILT_SUM=$(cat "$GD_ROOT/gen_durable.so" "$GD_ROOT/sql/$(bench_install_script)" | md5sum | cut -c1-32)
     DIR=$(mktemp -d "/tmp/gd_$BENCH_NAME.XXXXXX")
     DATA=$DIR/data
     LOG=$DIR/server.log
