@@ -158,7 +158,8 @@ BEGIN
           FROM picked p
           LEFT JOIN LATERAL (
               SELECT * FROM gd._take_rate_tokens(p.owner, ARRAY[p.rate_limit, p.step_rate_limit], p.weight)
-               WHERE p.rate_limit IS NOT NULL OR p.step_rate_limit IS NOT NULL) t ON true),
+               WHERE p.rate_limit IS NOT NULL OR p.step_rate_limit IS NOT NULL
+              OFFSET 0) t ON true),  -- not pulled up: the WHERE gates the call
     pushed_back AS (
         UPDATE gd._instances i SET eligible_at = r.not_before
           FROM rated r
