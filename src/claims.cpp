@@ -1,17 +1,19 @@
 /*
- * claim_ends.cpp — how an external worker's claim ends: its worker completes
- * it with the step's outcome (gd_complete, gd_complete_all), or its lease
- * expires and the reaper reclaims it (gd._reclaim_leases).  Claims are made
- * by gd_claim (sql/src/70_external.sql).  Both go through the executor's own
- * transition path (gd_outcome_transition, gd_retry_transition, the batched
- * UPDATE), so an external step ends exactly as an in-database step with the
- * same outcome would, and the UPDATE clears the lease.
+ * claims.cpp — an external worker's claim, from its start to its end: the
+ * steps gd_claim takes (picked as the executors pick, under the same rate
+ * limits, leased to the worker), and how a claim ends — its worker
+ * completes it with the step's outcome (gd_complete, gd_complete_all), or
+ * its lease expires and the reaper reclaims it.  Completions and reclaims
+ * go through the executor's own transition path (gd_outcome_transition,
+ * gd_retry_transition, the batched UPDATE), so an external step ends exactly
+ * as an in-database step with the same outcome would, and the UPDATE clears
+ * the lease.  (Heartbeats and releases are sql/src/70_external.sql's.)
  *
- * A claim is owned by its lease token.  Both functions lock the row with
- * the token still in place (FOR UPDATE re-checks a row changed by a
- * concurrent commit), so a completion and a reclaim of one claim serialise:
- * whichever locks first wins, and the other finds the token gone.  A lease
- * that expired but was not yet reclaimed still owns its row.
+ * A claim is owned by its lease token.  Both ends lock the row with the
+ * token still in place (FOR UPDATE re-checks a row changed by a concurrent
+ * commit), so a completion and a reclaim of one claim serialise: whichever
+ * locks first wins, and the other finds the token gone.  A lease that
+ * expired but was not yet reclaimed still owns its row.
  *
  * Only plain data is live here: PostgreSQL errors propagate as usual.
  */
@@ -205,6 +207,82 @@ int array_argument(ArrayType *array, Oid element_type, Datum **elements, bool **
 }
 
 } // namespace
+
+namespace {
+
+int compare_ids(const void *a, const void *b)
+{
+    int64 x = *static_cast<const int64 *>(a), y = *static_cast<const int64 *>(b);
+    return x < y ? -1 : x > y;
+}
+
+} // namespace
+
+/*
+ * gd._claim_steps(queue text, worker text, max int, lease interval, usable
+ * text[]) → TABLE(id, fsm, version, step, state, ctx, lease_token): gd_claim
+ * once its arguments are checked (sql/src/70_external.sql).  The best due
+ * external steps of the queue, of the FSMs in `usable` (NULL: all), those
+ * their rate limits admit, leased to `worker` until now + `lease`; a step its
+ * rate limits hold back stays runnable, postponed until its tokens are there.
+ */
+GD_SQL_FUNCTION(gd_claim_steps)
+{
+    const char *queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    Datum worker = PG_GETARG_DATUM(1);
+    int limit = PG_GETARG_INT32(2);
+    Datum lease = PG_GETARG_DATUM(3);
+    Datum usable = PG_ARGISNULL(4) ? 0 : PG_GETARG_DATUM(4);
+    InitMaterializedSRF(fcinfo, 0);
+    ReturnSetInfo *result_info = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+    MemoryContext call_context = CurrentMemoryContext;
+    SPI_connect();
+    gd_prepare_handler_calls();
+    PickedInstance *rows = static_cast<PickedInstance *>(MemoryContextAlloc(call_context, sizeof(PickedInstance) * limit));
+    int picked = gd_pick_external(queue, limit, usable, rows, call_context);
+    Datum *admitted = static_cast<Datum *>(palloc(sizeof(Datum) * Max(picked, 1)));
+    int admitted_count = 0;
+    for (int i = 0; i < picked; i++) {
+        const StepDefinition *found = gd_find_step(rows[i].fsm, rows[i].version, rows[i].step);
+        StepDefinition def = found != nullptr ? *found : StepDefinition{};
+        if ((rows[i].rate_limit == nullptr && def.rate_limit[0] == '\0') || gd_admit_rate(rows[i], def))
+            admitted[admitted_count++] = Int64GetDatum(rows[i].id);
+    }
+    static SPIPlanPtr lease_plan = nullptr;
+    Datum args[4] = {PointerGetDatum(construct_array(admitted, admitted_count, INT8OID, sizeof(int64), true,
+                                                     TYPALIGN_DOUBLE)),
+                     worker, lease, TimestampTzGetDatum(GetCurrentTimestamp())};
+    if (gd_run_kept(lease_plan,
+                    "UPDATE gd._instances i"
+                    "   SET status = 'executing', lease_owner = $2, lease_token = nextval('gd._lease_tokens'::regclass),"
+                    "       lease_expires_at = $4 + $3, updated_at = $4"
+                    " WHERE i.id = ANY ($1) RETURNING i.id, i.lease_token",
+                    {INT8ARRAYOID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: leasing %d claimed steps failed", admitted_count);
+    /* (id, token) pairs, sorted by id, to answer in the pick's order. */
+    int leased = static_cast<int>(SPI_processed);
+    int64 *tokens = static_cast<int64 *>(palloc(sizeof(int64) * 2 * Max(leased, 1)));
+    for (int k = 0; k < leased; k++) {
+        bool isnull;
+        tokens[2 * k] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1, &isnull));
+        tokens[2 * k + 1] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 2, &isnull));
+    }
+    qsort(tokens, leased, 2 * sizeof(int64), compare_ids);
+    for (int i = 0; i < picked; i++) {
+        const auto *pair = static_cast<const int64 *>(bsearch(&rows[i].id, tokens, leased, 2 * sizeof(int64), compare_ids));
+        if (pair == nullptr)
+            continue; /* held back by its rate limits */
+        MemoryContext spi_context = MemoryContextSwitchTo(call_context);
+        Datum values[7] = {Int64GetDatum(rows[i].id), CStringGetTextDatum(rows[i].fsm), Int32GetDatum(rows[i].version),
+                           CStringGetTextDatum(rows[i].step), rows[i].state, gd_context(rows[i], queue),
+                           Int64GetDatum(pair[1])};
+        bool nulls[7] = {};
+        tuplestore_putvalues(result_info->setResult, result_info->setDesc, values, nulls);
+        MemoryContextSwitchTo(spi_context);
+    }
+    SPI_finish();
+    return static_cast<Datum>(0);
+}
 
 /*
  * gd_complete(id bigint, lease_token bigint, outcome gd.outcome) → boolean.

@@ -87,6 +87,9 @@ struct DrainScope {
 };
 /* A drain's pick: as gd_pick, of the scope's instances, due by the clock (not by the transaction's start). */
 int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryContext into, const DrainScope &scope);
+/* gd_claim's pick: as gd_pick from the front, of the external steps of the
+ * FSMs named in `usable` (a text[]; 0: every FSM). */
+int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance *out, MemoryContext into);
 /* When the next row of the queue not yet eligible becomes eligible; 0 when none. */
 TimestampTz gd_next_due(const char *queue);
 
@@ -219,6 +222,8 @@ Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
 
 /* Calling a handler (handler_call.cpp): look up the types a call needs, once per batch. */
 void gd_prepare_handler_calls();
+/* The gd.context a step of the row sees, running on `queue` (after gd_prepare_handler_calls). */
+Datum gd_context(const PickedInstance &row, const char *queue);
 /*
  * Can the step's handler never run again — the function or the FSM's owner
  * was dropped, or the function is no longer (jsonb, gd.context) returning
@@ -274,7 +279,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
 /* A worker's work inside one round's transaction; each returns the ms to sleep after it. */
 long gd_executor_round(WorkerSlot *slot, const char *queue); /* executor.cpp */
 long gd_reaper_round();                                      /* reaper.cpp */
-/* The reaper's duty to external work (claim_ends.cpp): reclaim up to `batch`
+/* The reaper's duty to external work (claims.cpp): reclaim up to `batch`
  * expired leases, announce scheduled work come due; returns when it next has
  * something to do (now: a full batch may leave more), or 0 for nothing. */
 TimestampTz gd_expire_leases(int batch);

@@ -87,7 +87,9 @@ Datum resume_array(const PickedInstance &row, const char *key)
     return value == nullptr ? empty_json_array : JsonbPGetDatum(JsonbValueToJsonb(value));
 }
 
-Datum build_context(const PickedInstance &row, const char *queue)
+} // namespace
+
+Datum gd_context(const PickedInstance &row, const char *queue)
 {
     JsonbValue *timed_out = resume_field(row, "timed_out");
     Datum values[CONTEXT_COLUMNS] = {
@@ -101,6 +103,8 @@ Datum build_context(const PickedInstance &row, const char *queue)
     nulls[5] = row.correlation_key == nullptr;
     return HeapTupleGetDatum(heap_form_tuple(context_desc, values, nulls));
 }
+
+namespace {
 
 /* May the FSM's owner still execute the handler?  (A failed attempt otherwise: it may be granted again.) */
 void check_executable(const PickedInstance &row, const StepDefinition &def)
@@ -208,7 +212,7 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
     InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, nullptr, nullptr);
     fcinfo->args[0].value = row.state;
     fcinfo->args[0].isnull = false;
-    fcinfo->args[1].value = build_context(row, queue);
+    fcinfo->args[1].value = gd_context(row, queue);
     fcinfo->args[1].isnull = false;
 
     Oid engine_user;

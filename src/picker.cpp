@@ -1,5 +1,6 @@
 /*
- * picker.cpp — choosing the next rows an executor runs.  One prepared,
+ * picker.cpp — choosing the next rows an executor runs, and the steps
+ * gd_claim hands an external worker (the same statement on the claim index).  One prepared,
  * kept plan locks up to batch_size runnable in-database steps of the queue,
  * best first (priority, then eligibility, then id), skipping rows other
  * executors hold; the lock lasts until the round commits, so no row runs
@@ -72,8 +73,10 @@ ResumePoint resume_point{};
 /* Back to the front at least this often: rows behind the resume point (a rolled-back round's) wait no longer. */
 constexpr int64 RESTART_US = 1000 * 1000;
 
-/* The rows the pick index holds, of queue $1. */
+/* The rows the pick index holds (in-database steps), and the claim index
+ * (external steps), of queue $1: each predicate as its index spells it. */
 #define PICKABLE "i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
+#define CLAIMABLE "i.queue = $1 AND i.status = 'runnable' AND i.external AND NOT i.gated"
 
 /* The first row of each priority in the pick index from the row after `key`
  * (a (priority, eligible_at, id) row) on, ascending, one index descent each
@@ -85,15 +88,30 @@ constexpr int64 RESTART_US = 1000 * 1000;
  * descent found: the entries before it (rows just run, kept by a held MVCC
  * horizon) are walked once, not twice.  The first descent goes straight to
  * `key`, past the entries of the rows just run. */
-#define FIRST_ROWS_AFTER(key)                                                                                  \
+#define FIRST_ROWS_AFTER(rows, key)                                                                            \
     "WITH RECURSIVE firsts(priority, eligible_at, id) AS ("                                                    \
     "  (SELECT i.priority, i.eligible_at, i.id FROM gd._instances i"                                            \
-    "    WHERE " PICKABLE " AND (i.priority, i.eligible_at, i.id) > " key                                      \
+    "    WHERE " rows " AND (i.priority, i.eligible_at, i.id) > " key                                          \
     "    ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)"                                                    \
     "  UNION ALL"                                                                                              \
     "  SELECT n.* FROM firsts p CROSS JOIN LATERAL ("                                                          \
-    "    SELECT i.priority, i.eligible_at, i.id FROM gd._instances i WHERE " PICKABLE " AND i.priority > p.priority" \
+    "    SELECT i.priority, i.eligible_at, i.id FROM gd._instances i WHERE " rows " AND i.priority > p.priority" \
     "     ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n) "
+
+/* Lock up to $2 due rows of `rows` (and `also`), best first, from each first row
+ * of `firsts` on.  The nested loop over ascending priorities yields rows in
+ * order, and the outer LIMIT stops it (and the locking) as soon as it has
+ * enough.  A paused queue yields nothing. */
+#define DUE_ROWS(rows, also)                                                                                   \
+    "SELECT r.* FROM firsts p CROSS JOIN LATERAL ("                                                            \
+    "  SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at FROM gd._instances i"                          \
+    "   WHERE " rows " AND i.priority = p.priority AND i.eligible_at <= now()"                                  \
+    "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)" also                                              \
+    "   ORDER BY i.eligible_at, i.id"                                                                          \
+    "   LIMIT $2"                                                                                              \
+    "   FOR UPDATE OF i SKIP LOCKED) r"                                                                        \
+    " WHERE NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = $1 AND q.paused)"                              \
+    " LIMIT $2"
 
 /* A key below every row's (its id is the lowest bigint, which no sequence hands out). */
 #define LOWEST_KEY "(-2147483648, '-infinity'::timestamptz, '-9223372036854775808'::bigint)"
@@ -104,23 +122,13 @@ SPIPlanPtr pick_plan = nullptr;
 
 /* Lock up to $2 due rows, best first, after ($3, $4, $5) = (priority,
  * eligible_at, id): the resume point, or the lowest key to start from the
- * front.  The nested loop over ascending priorities yields rows in order, and
- * the outer LIMIT stops it (and the locking) as soon as it has enough. */
+ * front. */
 uint64 run_pick(const char *queue, int limit, int32 after_priority, TimestampTz after_eligible_at, int64 after_id)
 {
     if (pick_plan == nullptr) {
         Oid types[5] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, INT8OID};
         pick_plan = gd_prepare_kept(
-            FIRST_ROWS_AFTER("($3, $4, $5)")
-            "SELECT r.* FROM firsts p CROSS JOIN LATERAL ("
-            "  SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at FROM gd._instances i"
-            "   WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at <= now()"
-            "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)"
-            "   ORDER BY i.eligible_at, i.id"
-            "   LIMIT $2"
-            "   FOR UPDATE OF i SKIP LOCKED) r"
-            " WHERE NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = $1 AND q.paused)"
-            " LIMIT $2",
+            FIRST_ROWS_AFTER(PICKABLE, "($3, $4, $5)") DUE_ROWS(PICKABLE, ""),
             5, types);
     }
     Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), Int32GetDatum(after_priority),
@@ -202,13 +210,32 @@ int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryCo
     return static_cast<int>(count);
 }
 
+int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance *out, MemoryContext into)
+{
+    static SPIPlanPtr claim_plan = nullptr;
+    Datum args[3] = {CStringGetTextDatum(queue), Int32GetDatum(limit), usable};
+    const char nulls[3] = {' ', ' ', usable == 0 ? 'n' : ' '};
+    if (claim_plan == nullptr) {
+        Oid types[3] = {TEXTOID, INT4OID, TEXTARRAYOID};
+        claim_plan = gd_prepare_kept(FIRST_ROWS_AFTER(CLAIMABLE, LOWEST_KEY)
+                                         DUE_ROWS(CLAIMABLE, " AND ($3::text[] IS NULL OR i.fsm = ANY ($3))"),
+                                     3, types);
+    }
+    if (gd_execute_kept(claim_plan, args, nulls, false, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: claim failed");
+    uint64 count = SPI_processed;
+    copy_picked(count, out, into, queue);
+    SPI_freetuptable(SPI_tuptable);
+    return static_cast<int>(count);
+}
+
 TimestampTz gd_next_due(const char *queue)
 {
     if (due_plan == nullptr) {
         Oid types[1] = {TEXTOID};
         /* Each priority's first future row. */
         due_plan = gd_prepare_kept(
-            FIRST_ROWS_AFTER(LOWEST_KEY)
+            FIRST_ROWS_AFTER(PICKABLE, LOWEST_KEY)
             "SELECT min((SELECT i.eligible_at FROM gd._instances i"
             "             WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at > now()"
             "             ORDER BY i.eligible_at LIMIT 1))"

@@ -191,7 +191,8 @@ BEGIN
     END IF;
 END $$;
 
--- Instances still naming it wait (counted, and logged once by each executor).
+-- Instances still naming it wait (counted, and a warning once per executor or
+-- claiming session and name).
 CREATE OR REPLACE FUNCTION @extschema@.gd_drop_rate_limit(name text) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 

@@ -100,7 +100,7 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 -- Only steps of FSMs the caller may use are claimed.
 CREATE OR REPLACE FUNCTION gd._claim(queue text, worker text, max int, lease interval)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
-LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     caller oid := gd._caller();
     claim_queue text := _claim.queue;
@@ -119,68 +119,14 @@ BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller) THEN
         usable := ARRAY(SELECT DISTINCT f.name FROM gd._fsms f WHERE gd._may_use(caller, f.name));
     END IF;
-    RETURN QUERY
-    -- The first row of each priority, one index descent each (a loose index
-    -- scan), and each priority's due rows on their own from there: a scan of
-    -- the whole index would walk through every scheduled row whenever fewer
-    -- than `max` are due (the future rows of one priority lie before the due
-    -- rows of the next), and a scan of each priority from its front would
-    -- walk the entries a held MVCC horizon keeps there twice.
-    WITH RECURSIVE firsts(priority, eligible_at, id) AS (
-        (SELECT i.priority, i.eligible_at, i.id FROM gd._instances i
-          WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
-          ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)
-        UNION ALL
-        SELECT n.* FROM firsts p CROSS JOIN LATERAL (
-            SELECT i.priority, i.eligible_at, i.id FROM gd._instances i
-             WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
-               AND i.priority > p.priority
-             ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n),
-    due AS MATERIALIZED (
-        SELECT r.* FROM firsts p CROSS JOIN LATERAL (
-            SELECT i.id, i.fsm, i.version, i.owner, i.step, i.rate_limit, i.weight FROM gd._instances i
-             WHERE i.queue = claim_queue AND i.status = 'runnable' AND i.external AND NOT i.gated
-               AND i.priority = p.priority AND i.eligible_at <= now()
-               AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)
-               AND (usable IS NULL OR i.fsm = ANY (usable))
-             ORDER BY i.eligible_at, i.id
-             LIMIT claim_max
-               FOR UPDATE OF i SKIP LOCKED) r
-         WHERE NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = claim_queue AND q.paused)
-         LIMIT claim_max),
-    picked AS MATERIALIZED (
-        SELECT d.id, d.owner, d.rate_limit, d.weight, s.rate_limit AS step_rate_limit, clock_timestamp() AS claimed_at
-          FROM due d
-          LEFT JOIN gd._steps s ON s.fsm = d.fsm AND s.version = d.version AND s.step = d.step),
-    -- Rate limits: a step without its tokens stays runnable, pushed back until they are there.
-    rated AS MATERIALIZED (
-        SELECT p.id, p.claimed_at, t.admitted, t.not_before
-          FROM picked p
-          LEFT JOIN LATERAL (
-              SELECT * FROM gd._take_rate_tokens(p.owner, ARRAY[p.rate_limit, p.step_rate_limit], p.weight)
-               WHERE p.rate_limit IS NOT NULL OR p.step_rate_limit IS NOT NULL
-              OFFSET 0) t ON true),  -- not pulled up: the WHERE gates the call
-    pushed_back AS (
-        UPDATE gd._instances i SET eligible_at = r.not_before
-          FROM rated r
-         WHERE i.id = r.id AND NOT r.admitted AND r.not_before IS NOT NULL),
-    admitted AS (
-        SELECT r.id, r.claimed_at FROM rated r WHERE r.admitted IS NULL OR r.admitted),
-    claimed AS (
-        UPDATE gd._instances i
-           SET status = 'executing', lease_owner = claim_worker, lease_token = nextval('gd._lease_tokens'::regclass),
-               lease_expires_at = p.claimed_at + lease_length, updated_at = p.claimed_at
-          FROM admitted p
-         WHERE i.id = p.id
-        RETURNING i.*)
-    SELECT c.id, c.fsm, c.version, c.step, c.state,
-           ROW(c.id, c.fsm, c.version, c.step, c.attempt, c.correlation_key,
-               coalesce(c.resume->'signals', '[]'), coalesce(c.resume->'children', '[]'),
-               coalesce((c.resume->>'timed_out')::boolean, false), c.queue)::gd.context,
-           c.lease_token
-      FROM claimed c
-     ORDER BY c.priority, c.eligible_at, c.id;
+    RETURN QUERY SELECT * FROM gd._claim_steps(claim_queue, claim_worker, claim_max, lease_length, usable);
 END $$;
+
+-- The claim itself (src/claims.cpp): picked as the executors pick, under the
+-- same rate limits, leased.
+CREATE OR REPLACE FUNCTION gd._claim_steps(queue text, worker text, max int, lease interval, usable text[])
+RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_claim_steps';
 
 -- Extend a claim's lease to `extend` from now (default: the length the lease
 -- was given).  False when the token no longer owns the row.
@@ -248,7 +194,7 @@ RETURNS TABLE (id bigint, completed boolean) LANGUAGE c AS 'MODULE_PATHNAME', 'g
 
 -- Reclaim up to `batch` expired leases: each step runs again at once with
 -- its attempt counted, or past max_attempts the instance fails.  Returns how
--- many (src/claim_ends.cpp).
+-- many (src/claims.cpp).
 CREATE OR REPLACE FUNCTION gd._reclaim_leases(batch int) RETURNS int
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_reclaim_leases';
 
@@ -277,6 +223,6 @@ END $$;
 -- The reaper's duty to external work, in small batches: reclaim expired
 -- leases, announce work that came due.  Returns when it next has something
 -- to do (a lease expires or scheduled work comes due), or NULL
--- (src/claim_ends.cpp: gd_expire_leases, which the reaper calls).
+-- (src/claims.cpp: gd_expire_leases, which the reaper calls).
 CREATE OR REPLACE FUNCTION gd._expire_leases(batch int DEFAULT 100) RETURNS timestamptz
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_expire_leases_sql';
