@@ -155,6 +155,17 @@ void copy_picked(uint64 count, PickedInstance *out, MemoryContext into, const ch
     MemoryContextSwitchTo(spi_context);
 }
 
+/* The rows a pick statement locked (it returned `result`), copied out, its tuple table freed; how many. */
+int take_locked_rows(int result, PickedInstance *out, MemoryContext into, const char *queue)
+{
+    if (result != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: pick failed");
+    uint64 count = SPI_processed;
+    copy_picked(count, out, into, queue);
+    SPI_freetuptable(SPI_tuptable);
+    return static_cast<int>(count);
+}
+
 } // namespace
 
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into, WorkerSlot *executor)
@@ -202,12 +213,7 @@ int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryCo
     }
     Datum args[4] = {CStringGetTextDatum(queue), Int32GetDatum(limit), ObjectIdGetDatum(scope.member),
                      BoolGetDatum(scope.with_scheduled)};
-    if (gd_execute_kept(drain_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
-        elog(ERROR, "gen_durable: pick failed");
-    uint64 count = SPI_processed;
-    copy_picked(count, out, into, queue);
-    SPI_freetuptable(SPI_tuptable);
-    return static_cast<int>(count);
+    return take_locked_rows(gd_execute_kept(drain_plan, args, nullptr, false, 0), out, into, queue);
 }
 
 int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance *out, MemoryContext into)
@@ -221,12 +227,7 @@ int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance 
                                          DUE_ROWS(CLAIMABLE, " AND ($3::text[] IS NULL OR i.fsm = ANY ($3))"),
                                      3, types);
     }
-    if (gd_execute_kept(claim_plan, args, nulls, false, 0) != SPI_OK_SELECT)
-        elog(ERROR, "gen_durable: claim failed");
-    uint64 count = SPI_processed;
-    copy_picked(count, out, into, queue);
-    SPI_freetuptable(SPI_tuptable);
-    return static_cast<int>(count);
+    return take_locked_rows(gd_execute_kept(claim_plan, args, nulls, false, 0), out, into, queue);
 }
 
 TimestampTz gd_next_due(const char *queue)

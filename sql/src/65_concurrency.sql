@@ -149,6 +149,18 @@ BEGIN
     RETURN repaired;
 END $$;
 
+-- Delete the limit of that name from `limits` (gd._concurrency_limits or
+-- gd._rate_limits); true when there was one.
+CREATE OR REPLACE FUNCTION gd._drop_limit(limits regclass, name text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    dropped int;
+BEGIN
+    EXECUTE format('DELETE FROM %s l WHERE l.name = $1', limits) USING gd._check_limit_name(name);
+    GET DIAGNOSTICS dropped = ROW_COUNT;
+    RETURN dropped > 0;
+END $$;
+
 CREATE OR REPLACE FUNCTION gd._check_limit_name(name text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -188,7 +200,4 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_drop_concurrency_limit(name text) RETU
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._drop_concurrency_limit(name text) RETURNS boolean
-LANGUAGE sql AS $$
-    WITH dropped AS (DELETE FROM gd._concurrency_limits l WHERE l.name = gd._check_limit_name(_drop_concurrency_limit.name) RETURNING 1)
-    SELECT count(*) > 0 FROM dropped
-$$;
+LANGUAGE sql AS $$ SELECT gd._drop_limit('gd._concurrency_limits', name) $$;

@@ -197,7 +197,4 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_drop_rate_limit(name text) RETURNS boo
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._drop_rate_limit(name text) RETURNS boolean
-LANGUAGE sql AS $$
-    WITH dropped AS (DELETE FROM gd._rate_limits l WHERE l.name = gd._check_limit_name(_drop_rate_limit.name) RETURNING 1)
-    SELECT count(*) > 0 FROM dropped
-$$;
+LANGUAGE sql AS $$ SELECT gd._drop_limit('gd._rate_limits', name) $$;

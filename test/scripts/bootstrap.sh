@@ -81,56 +81,42 @@ gd_bootstrap_deps() {
     [[ -x $GD_PG_CONFIG ]] || { echo "bootstrap: $GD_PG_CONFIG not found" >&2; return 1; }
 }
 
-# Build (must be warning-free: -Werror, and we also reject linker/other
-# warnings) and install. The full make output goes to the log file named in
-# $1 (default: a temp file), and is printed only when something is wrong.
-gd_build_install() {
-    local log=${1:-$(mktemp /tmp/gd_build.XXXXXX.log)}
-    local mk=(make -C "$GD_ROOT" --no-print-directory PG_CONFIG="$GD_PG_CONFIG")
+# Build the extension in directory $2 (must be warning-free: -Werror, and we
+# also reject linker/other warnings) and install it; $1 names it in messages.
+# The full make output goes to the log file $3, and is printed only when
+# something is wrong.
+gd_make_install() {
+    local what=$1 dir=$2 log=$3
     # Called from `make check`: do not inherit the outer make's flags/jobserver.
-    unset MAKEFLAGS MFLAGS MAKELEVEL
-    gd_log "building gen_durable (make -j2, PG_CONFIG=$GD_PG_CONFIG)"
+    local mk=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$dir" --no-print-directory PG_CONFIG="$GD_PG_CONFIG")
+    gd_log "building $what (make -j2, PG_CONFIG=$GD_PG_CONFIG)"
     if ! "${mk[@]}" -j2 >"$log" 2>&1; then
-        echo "build FAILED; make output:" >&2
+        echo "$what: build FAILED; make output:" >&2
         tail -c 20000 "$log" >&2
         return 1
     fi
     if grep -qi 'warning:' "$log"; then
-        echo "build produced warnings (treated as failure):" >&2
+        echo "$what: build produced warnings (treated as failure):" >&2
         grep -i -B2 -A4 'warning:' "$log" | head -c 20000 >&2
         return 1
     fi
     if ! "${mk[@]}" install >>"$log" 2>&1; then
-        echo "make install FAILED:" >&2
+        echo "$what: make install FAILED:" >&2
         tail -c 20000 "$log" >&2
         return 1
     fi
+}
+
+# Build and install gen_durable; the make output goes to $1 (default: a temp file).
+gd_build_install() {
+    gd_make_install gen_durable "$GD_ROOT" "${1:-$(mktemp /tmp/gd_build.XXXXXX.log)}" || return 1
     gd_log "built and installed into $("$GD_PG_CONFIG" --pkglibdir)"
 }
 
-# Build (warning-free, as above) and install a test module of test/modules
-# ($1, its directory; its own extension, gen_durable's files untouched). The
-# make output goes to $2 and is printed only when something is wrong.
+# Build and install a test module of test/modules ($1, its directory; its own
+# extension, gen_durable's files untouched); the make output goes to $2.
 gd_build_install_module() {
-    local dir=$1 log=$2 name
-    local mk=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$dir" --no-print-directory PG_CONFIG="$GD_PG_CONFIG")
-    name=$(basename "$dir")
-    gd_log "building test module $name"
-    if ! "${mk[@]}" >"$log" 2>&1; then
-        echo "test module $name: build FAILED; make output:" >&2
-        tail -c 20000 "$log" >&2
-        return 1
-    fi
-    if grep -qi 'warning:' "$log"; then
-        echo "test module $name: build produced warnings (treated as failure):" >&2
-        grep -i -B2 -A4 'warning:' "$log" | head -c 20000 >&2
-        return 1
-    fi
-    if ! "${mk[@]}" install >>"$log" 2>&1; then
-        echo "test module $name: make install FAILED:" >&2
-        tail -c 20000 "$log" >&2
-        return 1
-    fi
+    gd_make_install "test module $(basename "$1")" "$1" "$2"
 }
 
 # The regress tests of a test module ($1, its directory): its Makefile's
