@@ -7,7 +7,7 @@
  * go through the executor's own transition path (gd_outcome_transition,
  * gd_retry_transition, the batched UPDATE), so an external step ends exactly
  * as an in-database step with the same outcome would, and the UPDATE clears
- * the lease.  (Heartbeats and releases are sql/src/70_external.sql's.)
+ * the lease.  A heartbeat extends a claim, a release hands it back unrun.
  *
  * A claim is owned by its lease token.  Both ends lock the row with the
  * token still in place (FOR UPDATE re-checks a row changed by a concurrent
@@ -282,6 +282,61 @@ GD_SQL_FUNCTION(gd_claim_steps)
     }
     SPI_finish();
     return static_cast<Datum>(0);
+}
+
+/*
+ * gd._extend_claim(caller oid, id bigint, lease_token bigint, extend interval)
+ * → boolean: gd_heartbeat once its arguments are checked.  The lease runs
+ * until now + `extend` (NULL: the length it was given); false when the token
+ * no longer owns the row or `caller` may not use it.
+ */
+GD_SQL_FUNCTION(gd_extend_claim)
+{
+    static SPIPlanPtr extend_plan = nullptr;
+    Datum args[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), PG_GETARG_DATUM(3)};
+    const char nulls[4] = {' ', ' ', ' ', PG_ARGISNULL(3) ? 'n' : ' '};
+    SPI_connect();
+    if (extend_plan == nullptr) {
+        Oid types[4] = {OIDOID, INT8OID, INT8OID, INTERVALOID};
+        extend_plan = gd_prepare_kept(
+            "UPDATE gd._instances i"
+            "   SET lease_expires_at = t.at + coalesce($4, i.lease_expires_at - i.updated_at), updated_at = t.at"
+            "  FROM (SELECT clock_timestamp() AS at) t"
+            " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
+            "   AND gd._may_use_instance($1, i.owner, i.fsm)",
+            4, types);
+    }
+    if (gd_execute_kept(extend_plan, args, nulls, false, 0) != SPI_OK_UPDATE)
+        elog(ERROR, "gen_durable: extending the lease of instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
+    bool extended = SPI_processed > 0;
+    SPI_finish();
+    PG_RETURN_BOOL(extended);
+}
+
+/*
+ * gd._release_claim(caller oid, id bigint, lease_token bigint) → boolean:
+ * gd_release once its arguments are checked.  The step is runnable again at
+ * once, in its old place, no attempt counted; false when the token no longer
+ * owns the row or `caller` may not use it.
+ */
+GD_SQL_FUNCTION(gd_release_claim)
+{
+    static SPIPlanPtr release_plan = nullptr;
+    Datum args[3] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2)};
+    SPI_connect();
+    if (gd_run_kept(release_plan,
+                    "UPDATE gd._instances i"
+                    "   SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,"
+                    "       updated_at = clock_timestamp()"
+                    " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
+                    "   AND gd._may_use_instance($1, i.owner, i.fsm)",
+                    {OIDOID, INT8OID, INT8OID}, args, false, 0) != SPI_OK_UPDATE)
+        elog(ERROR, "gen_durable: releasing the claim of instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
+    bool released = SPI_processed > 0;
+    SPI_finish();
+    if (released)
+        gd_count(StatEvent::drained);
+    PG_RETURN_BOOL(released);
 }
 
 /*

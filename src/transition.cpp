@@ -528,24 +528,33 @@ void gd_flush_transitions(TransitionBatch &batch)
     pfree(written);
 }
 
+namespace {
+
+/* Make room under each key of `keys` (sorted here: the order every path takes key locks in). */
+void ungate(OwnedKey *keys, int count)
+{
+    if (count == 0)
+        return;
+    prepare_plans();
+    qsort(keys, count, sizeof(keys[0]), compare_keys);
+    for (int i = 0; i < count; i++) {
+        if (i > 0 && compare_keys(&keys[i], &keys[i - 1]) == 0)
+            continue;
+        Datum args[2] = {ObjectIdGetDatum(keys[i].owner), CStringGetTextDatum(keys[i].key)};
+        int result = gd_execute_kept(ungate_plan, args, nullptr, false, 1);
+        if (result != SPI_OK_SELECT)
+            elog(ERROR, "gen_durable: making room under concurrency key \"%s\" failed: %s", keys[i].key,
+                 SPI_result_code_string(result));
+    }
+}
+
+} // namespace
+
 void gd_release_concurrency_keys()
 {
     int count = keys_to_release_count;
     keys_to_release_count = 0; /* the array stays, for the transaction's next keys */
-    if (count == 0)
-        return;
-    prepare_plans();
-    qsort(keys_to_release, count, sizeof(keys_to_release[0]), compare_keys);
-    for (int i = 0; i < count; i++) {
-        const OwnedKey &released = keys_to_release[i];
-        if (i > 0 && compare_keys(&released, &keys_to_release[i - 1]) == 0)
-            continue;
-        Datum args[2] = {ObjectIdGetDatum(released.owner), CStringGetTextDatum(released.key)};
-        int result = gd_execute_kept(ungate_plan, args, nullptr, false, 1);
-        if (result != SPI_OK_SELECT)
-            elog(ERROR, "gen_durable: making room under concurrency key \"%s\" failed: %s", released.key,
-                 SPI_result_code_string(result));
-    }
+    ungate(keys_to_release, count);
 }
 
 void gd_resume_parked(int64 id, Datum resume)
@@ -614,6 +623,100 @@ GD_SQL_FUNCTION(gd_resume_parked_sql)
 {
     SPI_connect();
     gd_resume_parked(PG_GETARG_INT64(0), PG_GETARG_DATUM(1));
+    SPI_finish();
+    PG_RETURN_VOID();
+}
+
+/*
+ * gd._revive(caller oid, id bigint) → boolean: gd_retry once checked.  A
+ * failed instance `caller` may use runs again at the step that failed,
+ * attempts reset (waiting for room under its concurrency key if need be).
+ * False for a NULL id, as for an instance that is not there.
+ */
+GD_SQL_FUNCTION(gd_revive)
+{
+    if (PG_ARGISNULL(1))
+        PG_RETURN_BOOL(false);
+    static SPIPlanPtr revive_plan = nullptr;
+    Datum args[2] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
+    SPI_connect();
+    if (gd_run_kept(revive_plan,
+                    "UPDATE gd._instances i"
+                    "   SET status = 'runnable', attempt = 1, error = NULL, result = NULL, finished_at = NULL,"
+                    "       gated = gd._must_gate(i.owner, i.concurrency_key),"
+                    "       eligible_at = clock_timestamp(), updated_at = clock_timestamp()"
+                    " WHERE i.id = $2 AND i.status = 'failed' AND gd._may_use_instance($1, i.owner, i.fsm)"
+                    " RETURNING i.queue",
+                    {OIDOID, INT8OID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: retrying instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
+    bool revived = SPI_processed == 1;
+    if (revived) {
+        gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+        gd_wake_awaiters_at_commit(PG_GETARG_INT64(1));
+    }
+    SPI_finish();
+    PG_RETURN_BOOL(revived);
+}
+
+/*
+ * gd._cancel_tree(id bigint, reason text): gd_cancel once the caller's right
+ * is checked and the instance is locked and live.  It and its live
+ * descendants end `cancelled`; room is made under their concurrency keys,
+ * their awaiters are woken, and the reaper, when the instance has a parent
+ * (a cancelled child counts as ended).
+ */
+GD_SQL_FUNCTION(gd_cancel_tree)
+{
+    static SPIPlanPtr cancel_plan = nullptr;
+    int64 target = PG_GETARG_INT64(0);
+    Datum args[2] = {PG_GETARG_DATUM(0), PG_ARGISNULL(1) ? CStringGetTextDatum("") : PG_GETARG_DATUM(1)};
+    const char nulls[2] = {' ', PG_ARGISNULL(1) ? 'n' : ' '};
+    SPI_connect();
+    if (cancel_plan == nullptr) {
+        Oid types[2] = {INT8OID, TEXTOID};
+        cancel_plan = gd_prepare_kept(
+            "WITH RECURSIVE tree AS ("
+            "    SELECT $1::bigint AS id"
+            "    UNION ALL"
+            "    SELECT c.id FROM gd._instances c JOIN tree t ON c.parent_id = t.id"
+            "     WHERE c.status = ANY (gd._live_statuses()))"
+            "UPDATE gd._instances i"
+            "   SET status = 'cancelled', gated = false,"
+            "       error = jsonb_build_object('kind', 'cancelled',"
+            "                                  'message', 'gen_durable: cancelled' || coalesce(': ' || $2, ''),"
+            "                                  'reason', coalesce($2, ''), 'step', i.step, 'attempt', i.attempt),"
+            "       wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
+            "       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,"
+            "       finished_at = clock_timestamp(), updated_at = clock_timestamp()"
+            "  FROM tree"
+            " WHERE i.id = tree.id AND i.status = ANY (gd._live_statuses())"
+            " RETURNING i.id, i.owner, i.concurrency_key, i.parent_id",
+            2, types);
+    }
+    if (gd_execute_kept(cancel_plan, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: cancelling instance " INT64_FORMAT " failed", target);
+    SPITupleTable *cancelled = SPI_tuptable; /* kept: making room runs statements of its own */
+    int count = static_cast<int>(SPI_processed);
+    OwnedKey *freed = static_cast<OwnedKey *>(palloc(sizeof(OwnedKey) * Max(count, 1)));
+    int freed_count = 0;
+    bool has_parent = false;
+    for (int r = 0; r < count; r++) {
+        HeapTuple ended = cancelled->vals[r];
+        TupleDesc desc = cancelled->tupdesc;
+        bool isnull;
+        int64 id = DatumGetInt64(SPI_getbinval(ended, desc, 1, &isnull));
+        gd_wake_awaiters_at_commit(id);
+        Oid owner = DatumGetObjectId(SPI_getbinval(ended, desc, 2, &isnull));
+        Datum key = SPI_getbinval(ended, desc, 3, &isnull);
+        if (!isnull)
+            freed[freed_count++] = OwnedKey{owner, TextDatumGetCString(key)};
+        (void) SPI_getbinval(ended, desc, 4, &isnull);
+        if (id == target)
+            has_parent = !isnull;
+    }
+    ungate(freed, freed_count);
+    if (has_parent)
+        gd_wake_reaper_at_commit();
     SPI_finish();
     PG_RETURN_VOID();
 }

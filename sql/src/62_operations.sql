@@ -7,15 +7,10 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_cancel(id bigint, reason text DEFAULT 
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._cancel(id bigint, reason text) RETURNS boolean
-LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 DECLARE
     caller oid := gd._caller();
     target gd._instances;
-    ended bigint;
-    freed_owner oid;
-    freed_key text;
-    freed_owners oid[] := '{}';
-    freed_keys text[] := '{}';
     locked boolean := false;
 BEGIN
     -- Looked at before it is locked: see gd._deliver_signal.
@@ -45,35 +40,7 @@ BEGIN
     IF NOT target.status = ANY (gd._live_statuses()) THEN
         RETURN false;
     END IF;
-    FOR ended, freed_owner, freed_key IN
-        WITH RECURSIVE tree AS (
-            SELECT target.id AS id
-            UNION ALL
-            SELECT c.id FROM gd._instances c JOIN tree t ON c.parent_id = t.id
-             WHERE c.status = ANY (gd._live_statuses()))
-        UPDATE gd._instances i
-           SET status = 'cancelled', gated = false,
-               error = jsonb_build_object('kind', 'cancelled', 'message', 'gen_durable: cancelled' || coalesce(': ' || reason, ''),
-                                          'reason', coalesce(reason, ''), 'step', i.step, 'attempt', i.attempt),
-               wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,
-               lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-               finished_at = clock_timestamp(), updated_at = clock_timestamp()
-          FROM tree
-         WHERE i.id = tree.id AND i.status = ANY (gd._live_statuses())
-        RETURNING i.id, i.owner, i.concurrency_key
-    LOOP
-        PERFORM gd._wake_awaiters_on_commit(ended);
-        IF freed_key IS NOT NULL THEN
-            freed_owners := freed_owners || freed_owner;
-            freed_keys := freed_keys || freed_key;
-        END IF;
-    END LOOP;
-    PERFORM gd._ungate(k.owner, k.key)
-       FROM (SELECT DISTINCT f.owner, f.key FROM unnest(freed_owners, freed_keys) AS f(owner, key)
-              ORDER BY f.key, f.owner) k;
-    IF target.parent_id IS NOT NULL THEN
-        PERFORM gd._wake_reaper_on_commit();   -- a cancelled child counts as ended
-    END IF;
+    PERFORM gd._cancel_tree(target.id, reason);
     RETURN true;
 END $$;
 
@@ -82,27 +49,19 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_retry(id bigint) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._retry(id bigint) RETURNS boolean
-LANGUAGE plpgsql SET enable_seqscan = off AS $$
-DECLARE
-    caller oid := gd._caller();
-    revived gd._instances;
+LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE gd._instances i
-       SET status = 'runnable', attempt = 1, error = NULL, result = NULL, finished_at = NULL,
-           gated = gd._must_gate(i.owner, i.concurrency_key),
-           eligible_at = clock_timestamp(), updated_at = clock_timestamp()
-     WHERE i.id = _retry.id AND i.status = 'failed' AND gd._may_use_instance(caller, i.owner, i.fsm)
-    RETURNING * INTO revived;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM gd._wake_on_commit(revived.queue);
-    PERFORM gd._wake_awaiters_on_commit(revived.id);
-    RETURN true;
+    RETURN gd._revive(gd._caller(), id);
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION USING ERRCODE = 'unique_violation',
         MESSAGE = format('gen_durable: instance %s cannot run again: its correlation key is taken', id);
 END $$;
+
+-- The transitions themselves (src/transition.cpp).
+CREATE OR REPLACE FUNCTION gd._revive(caller oid, id bigint) RETURNS boolean
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_revive';
+CREATE OR REPLACE FUNCTION gd._cancel_tree(id bigint, reason text) RETURNS void
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_cancel_tree';
 
 -- Stop (or restart) picking steps of a queue; steps in flight finish. True if it changed.
 CREATE OR REPLACE FUNCTION @extschema@.gd_pause(queue text) RETURNS boolean

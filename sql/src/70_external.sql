@@ -134,19 +134,15 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_heartbeat(id bigint, lease_token bigin
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._heartbeat(id bigint, lease_token bigint, extend interval)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
-DECLARE
-    caller oid := gd._caller();
+RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM gd._check_claim(id, lease_token);
     PERFORM gd._check_lease(extend, 'extend');
-    UPDATE gd._instances i
-       SET lease_expires_at = t.at + coalesce(extend, i.lease_expires_at - i.updated_at), updated_at = t.at
-      FROM (SELECT clock_timestamp() AS at) t
-     WHERE i.id = _heartbeat.id AND i.lease_token = _heartbeat.lease_token AND i.status = 'executing'
-       AND gd._may_use_instance(caller, i.owner, i.fsm);
-    RETURN FOUND;
+    RETURN gd._extend_claim(gd._caller(), id, lease_token, extend);
 END $$;
+
+CREATE OR REPLACE FUNCTION gd._extend_claim(caller oid, id bigint, lease_token bigint, extend interval)
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_extend_claim';
 
 -- Hand a claimed step back unrun (a worker shutting down): runnable again at
 -- once, in its old place, no attempt counted.  False when the token no
@@ -155,21 +151,14 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_release(id bigint, lease_token bigint)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._release(id bigint, lease_token bigint)
-RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
-DECLARE
-    caller oid := gd._caller();
+RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM gd._check_claim(id, lease_token);
-    UPDATE gd._instances i
-       SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-           updated_at = clock_timestamp()
-     WHERE i.id = _release.id AND i.lease_token = _release.lease_token AND i.status = 'executing'
-       AND gd._may_use_instance(caller, i.owner, i.fsm);
-    IF FOUND THEN
-        PERFORM gd._count('drained');
-    END IF;
-    RETURN FOUND;
+    RETURN gd._release_claim(gd._caller(), id, lease_token);
 END $$;
+
+CREATE OR REPLACE FUNCTION gd._release_claim(caller oid, id bigint, lease_token bigint)
+RETURNS boolean LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_release_claim';
 
 -- Apply a claimed step's outcome, exactly as if an in-database handler had
 -- returned it; false (outcome dropped) when the token no longer owns the row
