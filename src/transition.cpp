@@ -32,7 +32,6 @@ enum OutcomeColumn {
 SPIPlanPtr update_plan = nullptr;
 SPIPlanPtr wake_if_signalled_plan = nullptr;
 SPIPlanPtr spawn_plan = nullptr;
-SPIPlanPtr ungate_plan = nullptr;
 
 SPIPlanPtr batch_update_plan = nullptr;
 /* A concurrency key in its owner's key space. */
@@ -314,7 +313,7 @@ namespace {
 
 void prepare_plans()
 {
-    if (ungate_plan != nullptr)
+    if (spawn_plan != nullptr)
         return; /* the last one prepared: all are (a failed preparation leaves the rest to the next call) */
     static bool callback_registered = false;
     if (!callback_registered) {
@@ -347,8 +346,6 @@ void prepare_plans()
         Oid spawn_types[3] = {OIDOID, INT8OID, JSONBOID};
         spawn_plan = gd_prepare_kept("SELECT gd._spawn_children($1, $2, $3)", 3, spawn_types);
     }
-    Oid key_types[2] = {OIDOID, TEXTOID};
-    ungate_plan = gd_prepare_kept("SELECT gd._ungate($1, $2)", 2, key_types);
 }
 
 } // namespace
@@ -530,22 +527,41 @@ void gd_flush_transitions(TransitionBatch &batch)
 
 namespace {
 
+/* Let the best waiting instances under the owner's key run, as far as there is room; returns how many. */
+int admit_gated(Oid owner, const char *key)
+{
+    static SPIPlanPtr room_plan = nullptr, admit_plan = nullptr;
+    Datum args[3] = {ObjectIdGetDatum(owner), CStringGetTextDatum(key), 0};
+    /* gd._key_room locks the key: admissions and releases under it take turns */
+    if (gd_run_kept(room_plan, "SELECT gd._key_room($1, $2)", {OIDOID, TEXTOID}, args, false, 1) != SPI_OK_SELECT ||
+        SPI_processed != 1)
+        elog(ERROR, "gen_durable: counting the room under concurrency key \"%s\" failed", key);
+    bool isnull;
+    int room = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    if (room <= 0)
+        return 0;
+    args[2] = Int32GetDatum(room);
+    if (gd_run_kept(admit_plan,
+                    "UPDATE gd._instances i SET gated = false"
+                    " WHERE i.id IN (SELECT gd._gated_best($1, $2, (gd._key_limit($2)).shared, $3))"
+                    " RETURNING i.queue",
+                    {OIDOID, TEXTOID, INT4OID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: admitting instances under concurrency key \"%s\" failed", key);
+    int admitted = static_cast<int>(SPI_processed);
+    for (int i = 0; i < admitted; i++)
+        gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+    return admitted;
+}
+
 /* Make room under each key of `keys` (sorted here: the order every path takes key locks in). */
 void ungate(OwnedKey *keys, int count)
 {
     if (count == 0)
         return;
-    prepare_plans();
     qsort(keys, count, sizeof(keys[0]), compare_keys);
-    for (int i = 0; i < count; i++) {
-        if (i > 0 && compare_keys(&keys[i], &keys[i - 1]) == 0)
-            continue;
-        Datum args[2] = {ObjectIdGetDatum(keys[i].owner), CStringGetTextDatum(keys[i].key)};
-        int result = gd_execute_kept(ungate_plan, args, nullptr, false, 1);
-        if (result != SPI_OK_SELECT)
-            elog(ERROR, "gen_durable: making room under concurrency key \"%s\" failed: %s", keys[i].key,
-                 SPI_result_code_string(result));
-    }
+    for (int i = 0; i < count; i++)
+        if (i == 0 || compare_keys(&keys[i], &keys[i - 1]) != 0)
+            (void) admit_gated(keys[i].owner, keys[i].key);
 }
 
 } // namespace
@@ -555,6 +571,15 @@ void gd_release_concurrency_keys()
     int count = keys_to_release_count;
     keys_to_release_count = 0; /* the array stays, for the transaction's next keys */
     ungate(keys_to_release, count);
+}
+
+/* gd._ungate(key_owner oid, key text) → int: admit_gated, for the SQL paths (a limit raised, the reaper's repair). */
+GD_SQL_FUNCTION(gd_ungate)
+{
+    SPI_connect();
+    int admitted = admit_gated(PG_GETARG_OID(0), text_to_cstring(PG_GETARG_TEXT_PP(1)));
+    SPI_finish();
+    PG_RETURN_INT32(admitted);
 }
 
 void gd_resume_parked(int64 id, Datum resume)

@@ -112,27 +112,9 @@ BEGIN
 END $$;
 
 -- Let the best waiting instances under key_owner's key run, as far as there
--- is room.  Returns how many.
+-- is room.  Returns how many (src/transition.cpp).
 CREATE OR REPLACE FUNCTION gd._ungate(key_owner oid, key text) RETURNS int
-LANGUAGE plpgsql AS $$
-DECLARE
-    room int := gd._key_room(key_owner, key);
-    admitted int := 0;
-    queue_name text;
-BEGIN
-    IF room <= 0 THEN
-        RETURN 0;
-    END IF;
-    FOR queue_name IN
-        UPDATE gd._instances i SET gated = false
-         WHERE i.id IN (SELECT gd._gated_best(key_owner, key, (gd._key_limit(key)).shared, room))
-        RETURNING i.queue
-    LOOP
-        PERFORM gd._wake_on_commit(queue_name);
-        admitted := admitted + 1;
-    END LOOP;
-    RETURN admitted;
-END $$;
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_ungate';
 
 -- The reaper's repair: keys with waiting instances and room (only hand edits
 -- of gd._instances should leave any).  Counted as concurrency_repaired.
