@@ -1,11 +1,17 @@
 /*
- * transition.cpp — where an instance goes after a step.  A handler's
- * gd.outcome is validated and turned into a Transition (next step, retry
- * after exponential backoff, a wait for signals, a spawn of children, or a
- * terminal status); kept UPDATE plans write them — one row at a time, or a
- * round's plain transitions in one statement — in the same transaction as
- * the steps' own effects.  In-database steps and external completions share
- * this path.
+ * transition.cpp — the owner of instance state: every change of an
+ * instance's status is written here (a claim's, with claims.cpp), in C++
+ * with kept plans rather than in PL/pgSQL, because the executors' and
+ * workers' hot paths write a batch's transitions in one statement with no
+ * function call per step.  A handler's gd.outcome is validated and turned
+ * into a Transition (next step, retry after exponential backoff, a wait for
+ * signals, a spawn of children, or a terminal status); kept UPDATE plans
+ * write them — one row at a time, or a round's plain transitions in one
+ * statement — in the same transaction as the steps' own effects.  A parked
+ * instance's resume, a postponement under rate limits, admission under a
+ * concurrency key, a retry's revival and a cancelled tree are written here
+ * too, for the reaper and for the API's PL/pgSQL functions, which check
+ * arguments and rights and then call in.  The status names are Status's.
  */
 #include "executor.hpp"
 #include "guard.hpp"
@@ -151,6 +157,14 @@ void append_json_field(StringInfo json, const char *key, const char *value, bool
         escape_json(json, value);
 }
 
+/* A wait or a spawn: parked until resumed at its then_step (a spawn must name one). */
+void park(Transition &t, const PickedInstance &row, HeapTupleHeader outcome, Status status, StatEvent event)
+{
+    t.status = status;
+    t.event = event;
+    t.then_step = resume_step(row, outcome, status == Status::awaiting_children);
+}
+
 /* The error document of a gd_retry or gd_stop outcome: `kind`, "step ... <did>", the user's error. */
 Datum outcome_error(const PickedInstance &row, HeapTupleHeader outcome, const char *kind, const char *did)
 {
@@ -227,9 +241,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         return stopped;
     }
     if (strcmp(kind, "await") == 0) {
-        t.event = StatEvent::step_await;
-        t.status = Status::awaiting_signal;
-        t.then_step = resume_step(row, outcome, false);
+        park(t, row, outcome, Status::awaiting_signal, StatEvent::step_await);
         t.wait_names = GetAttributeByNum(outcome, OUTCOME_SIGNAL_NAMES, &isnull);
         if (isnull || !gd_signal_names_ok(DatumGetArrayTypeP(t.wait_names)))
             bad_outcome(row, "gd_wait_signal needs signal names: a one-dimensional array of non-empty names");
@@ -244,9 +256,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         return t;
     }
     if (strcmp(kind, "schedule_childs") == 0) {
-        t.event = StatEvent::step_spawn;
-        t.status = Status::awaiting_children;
-        t.then_step = resume_step(row, outcome, true);
+        park(t, row, outcome, Status::awaiting_children, StatEvent::step_spawn);
         t.children = GetAttributeByNum(outcome, OUTCOME_CHILDREN, &isnull);
         if (isnull)
             bad_outcome(row, "gd_spawn without children");

@@ -34,19 +34,18 @@ END $$;
 
 -- The tables take the names gd._*, their constraints (and the indexes behind
 -- them) the names a fresh install gives them.
-ALTER TABLE gd.queues RENAME TO _queues;
-ALTER TABLE gd.fsms RENAME TO _fsms;
-ALTER TABLE gd.steps RENAME TO _steps;
-ALTER TABLE gd.grants RENAME TO _grants;
-ALTER TABLE gd.instances RENAME TO _instances;
-ALTER TABLE gd.signals RENAME TO _signals;
-ALTER TABLE gd.concurrency_limits RENAME TO _concurrency_limits;
-ALTER TABLE gd.rate_limits RENAME TO _rate_limits;
-ALTER TABLE gd.rate_buckets RENAME TO _rate_buckets;
-ALTER TABLE gd.external_due_announced RENAME TO _external_due_announced;
-ALTER SEQUENCE gd.instances_id_seq RENAME TO _instances_id_seq;
-ALTER SEQUENCE gd.signals_id_seq RENAME TO _signals_id_seq;
-ALTER SEQUENCE gd.lease_tokens RENAME TO _lease_tokens;
+DO $$
+DECLARE
+    relation text;
+BEGIN
+    FOREACH relation IN ARRAY ARRAY['queues', 'fsms', 'steps', 'grants', 'instances', 'signals', 'concurrency_limits',
+                                    'rate_limits', 'rate_buckets', 'external_due_announced', 'instances_id_seq',
+                                    'signals_id_seq', 'lease_tokens'] LOOP
+        EXECUTE format('ALTER %s gd.%I RENAME TO %I',
+                       CASE WHEN relation LIKE '%seq' OR relation = 'lease_tokens' THEN 'SEQUENCE' ELSE 'TABLE' END,
+                       relation, '_' || relation);
+    END LOOP;
+END $$;
 DO $$
 DECLARE
     named record;
