@@ -396,7 +396,7 @@ def latency(admin, n):
             "stopped_early": len(totals) < n}
 
 
-# ------------------------------------------------------------------ the peers (issue 7)
+# ------------------------------------------------------------------ the peers
 #
 # graphile-worker, pg-boss, PgQ and gen_durable's external-worker path run
 # through test/bench/node/peers.js (one process per workload and system, its
@@ -858,7 +858,7 @@ def best_peer(row, higher_is_better=True, among=PEERS):
 
 
 def comparison_report(info, res):
-    """The side-by-side table of issue 7 and the targets."""
+    """The side-by-side table and the targets."""
     systems = [s for s in ("gd", "gdext", "pgboss", "graphile", "pgq", "floor") if s in SYSTEMS]
     w1 = {s: v for s, (v, _) in res.get("w1", {}).items()}
 
@@ -918,7 +918,7 @@ def comparison_report(info, res):
     widths = [max(len(str(r[i])) for r in cells + [head]) for i in range(len(head))]
     print()
     print("=" * 100)
-    print("gen_durable vs its peers, one cluster, one run (issue 7)")
+    print("gen_durable vs its peers, one cluster, one run")
     print("=" * 100)
     print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))))
     print("  ".join("-" * w for w in widths))
@@ -939,7 +939,7 @@ def comparison_report(info, res):
 
     # targets
     print()
-    print("targets (issue 7):")
+    print("targets (docs/performance.md):")
 
     def target(name, value, goal, ok, note=""):
         if value is None:

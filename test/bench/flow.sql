@@ -1,4 +1,4 @@
--- Flow control cost (issue 5): steps per second through the 'default' queue
+-- Flow control cost: steps per second through the 'default' queue
 -- of a served database, for the same single-step work
 --   plain  : no limits
 --   keys   : 1,000 distinct concurrency keys (limit 1 each)

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The peers of `make bench` (issue 7), sourced by test/bench/run.sh after
+# The peers of `make bench`, sourced by test/bench/run.sh after
 # test/scripts/bootstrap.sh:
 #
 #   bench_peers_install   PgQ from Debian (postgresql-15-pgq3), Node.js when there

@@ -1,4 +1,4 @@
--- The side-by-side comparison's schema (issue 7), loaded by test/bench/bench.py
+-- The side-by-side comparison's schema, loaded by test/bench/bench.py
 -- after test/bench/setup.sql: gen_durable's external-worker FSMs (queue
 -- 'ext', run by test/bench/node/peers.js), PgQ's queue and its consumer, and
 -- the ledger every peer writes.  graphile-worker and pg-boss create their own

@@ -2,7 +2,7 @@
 # `make bench`: bootstrap, build + install gen_durable, install the peers,
 # start ONE throwaway PostgreSQL 15 cluster (as the postgres OS user,
 # durability defaults: fsync and synchronous_commit on), and run the same
-# workloads through every system on it, side by side (issue 7):
+# workloads through every system on it, side by side:
 #
 #   systems  gen_durable in-database (handlers in PL/pgSQL, 2 executors),
 #            gen_durable external (a Node.js worker: LISTEN gd_work, gd_claim,
