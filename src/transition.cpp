@@ -9,9 +9,10 @@
  * write them — one row at a time, or a round's plain transitions in one
  * statement — in the same transaction as the steps' own effects.  A parked
  * instance's resume, a postponement under rate limits, admission under a
- * concurrency key, a retry's revival and a cancelled tree are written here
- * too, for the reaper and for the API's PL/pgSQL functions, which check
- * arguments and rights and then call in.  The status names are Status's.
+ * concurrency key, a retry's revival, a cancelled tree and the move of the
+ * instances at a step redefined on another queue are written here too, for
+ * the reaper and for the API's PL/pgSQL functions, which check arguments
+ * and rights and then call in.  The status names are Status's.
  */
 #include "executor.hpp"
 #include "guard.hpp"
@@ -581,6 +582,36 @@ void gd_release_concurrency_keys()
     int count = keys_to_release_count;
     keys_to_release_count = 0; /* the array stays, for the transaction's next keys */
     ungate(keys_to_release, count);
+}
+
+/*
+ * gd._move_step(fsm text, version int, step text, queue text): the runnable
+ * and claimed instances at the step follow it to `queue` (NULL: each one's
+ * home queue), whose executors are woken at commit.
+ */
+GD_SQL_FUNCTION(gd_move_step)
+{
+    static SPIPlanPtr move_plan = nullptr;
+    Datum args[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2),
+                     PG_ARGISNULL(3) ? 0 : PG_GETARG_DATUM(3)};
+    const char nulls[4] = {' ', ' ', ' ', PG_ARGISNULL(3) ? 'n' : ' '};
+    SPI_connect();
+    if (move_plan == nullptr) {
+        Oid types[4] = {TEXTOID, INT4OID, TEXTOID, TEXTOID};
+        move_plan = gd_prepare_kept(
+            "UPDATE gd._instances i"
+            "   SET (queue, home_queue) = (SELECT r.queue, r.home_queue"
+            "                                FROM gd._route($4, coalesce(i.home_queue, i.queue)) r)"
+            " WHERE i.fsm = $1 AND i.version = $2 AND i.step = $3 AND i.status IN ('runnable', 'executing')"
+            " RETURNING i.queue",
+            4, types);
+    }
+    if (gd_execute_kept(move_plan, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: moving the instances at a step failed");
+    for (uint64 r = 0; r < SPI_processed; r++)
+        gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1));
+    SPI_finish();
+    PG_RETURN_VOID();
 }
 
 /* gd._ungate(key_owner oid, key text) → int: admit_gated, for the SQL paths (a limit raised, the reaper's repair). */

@@ -18,6 +18,10 @@ CREATE OR REPLACE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_awaiters_on_commit';
 CREATE OR REPLACE FUNCTION gd._wake_reaper_on_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_reaper_on_commit';
+-- The instances at a step follow it to its new queue (NULL: their home
+-- queue) when it is redefined there (src/transition.cpp).
+CREATE OR REPLACE FUNCTION gd._move_step(fsm text, version int, step text, queue text) RETURNS void
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_move_step';
 -- Resume a parked instance, its row locked by the caller, at its then_step
 -- with `resume_with` for the next step's ctx (src/transition.cpp).
 CREATE OR REPLACE FUNCTION gd._resume_parked(instance_id bigint, resume_with jsonb) RETURNS void

@@ -165,12 +165,7 @@ BEGIN
            max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit,
            queue = excluded.queue;
     IF previous.step IS NOT NULL AND previous.queue IS DISTINCT FROM queue THEN
-        -- The instances at the step follow it to its new queue.
-        UPDATE gd._instances i
-           SET (queue, home_queue) = (SELECT r.queue, r.home_queue FROM gd._route(_define_step_as.queue, coalesce(i.home_queue, i.queue)) r)
-         WHERE i.fsm = fsm_row.name AND i.version = fsm_row.version AND i.step = _define_step_as.step
-           AND i.status IN ('runnable', 'executing');
-        PERFORM gd._wake_on_commit(coalesce(queue, fsm_row.queue));
+        PERFORM gd._move_step(fsm_row.name, fsm_row.version, step, queue);
     END IF;
 END $$;
 
