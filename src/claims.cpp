@@ -293,20 +293,14 @@ GD_SQL_FUNCTION(gd_claim_steps)
 GD_SQL_FUNCTION(gd_extend_claim)
 {
     static SPIPlanPtr extend_plan = nullptr;
-    Datum args[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2), PG_GETARG_DATUM(3)};
-    const char nulls[4] = {' ', ' ', ' ', PG_ARGISNULL(3) ? 'n' : ' '};
     SPI_connect();
-    if (extend_plan == nullptr) {
-        Oid types[4] = {OIDOID, INT8OID, INT8OID, INTERVALOID};
-        extend_plan = gd_prepare_kept(
-            "UPDATE gd._instances i"
-            "   SET lease_expires_at = t.at + coalesce($4, i.lease_expires_at - i.updated_at), updated_at = t.at"
-            "  FROM (SELECT clock_timestamp() AS at) t"
-            " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
-            "   AND gd._may_use_instance($1, i.owner, i.fsm)",
-            4, types);
-    }
-    if (gd_execute_kept(extend_plan, args, nulls, false, 0) != SPI_OK_UPDATE)
+    if (gd_run_kept_on_arguments(extend_plan,
+                    "UPDATE gd._instances i"
+                    "   SET lease_expires_at = t.at + coalesce($4, i.lease_expires_at - i.updated_at), updated_at = t.at"
+                    "  FROM (SELECT clock_timestamp() AS at) t"
+                    " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
+                    "   AND gd._may_use_instance($1, i.owner, i.fsm)",
+                    {OIDOID, INT8OID, INT8OID, INTERVALOID}, fcinfo, false, 0) != SPI_OK_UPDATE)
         elog(ERROR, "gen_durable: extending the lease of instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
     bool extended = SPI_processed > 0;
     SPI_finish();
@@ -322,15 +316,14 @@ GD_SQL_FUNCTION(gd_extend_claim)
 GD_SQL_FUNCTION(gd_release_claim)
 {
     static SPIPlanPtr release_plan = nullptr;
-    Datum args[3] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2)};
     SPI_connect();
-    if (gd_run_kept(release_plan,
+    if (gd_run_kept_on_arguments(release_plan,
                     "UPDATE gd._instances i"
                     "   SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,"
                     "       updated_at = clock_timestamp()"
                     " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
                     "   AND gd._may_use_instance($1, i.owner, i.fsm)",
-                    {OIDOID, INT8OID, INT8OID}, args, false, 0) != SPI_OK_UPDATE)
+                    {OIDOID, INT8OID, INT8OID}, fcinfo, false, 0) != SPI_OK_UPDATE)
         elog(ERROR, "gen_durable: releasing the claim of instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
     bool released = SPI_processed > 0;
     SPI_finish();

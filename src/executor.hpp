@@ -70,9 +70,12 @@ SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types);
 enum class KeptJoins { planner_choice, hashed };
 int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count,
                     KeptJoins joins = KeptJoins::planner_choice);
-/* Both: run `sql` (no NULL arguments), prepared into `plan` at its first run. */
+/* Both: run `sql`, prepared into `plan` at its first run. */
 int gd_run_kept(SPIPlanPtr &plan, const char *sql, std::initializer_list<Oid> types, Datum *args, bool read_only,
-                long count);
+                long count, const char *nulls = nullptr);
+/* The same, with the calling SQL function's arguments as the statement's, in their order. */
+int gd_run_kept_on_arguments(SPIPlanPtr &plan, const char *sql, std::initializer_list<Oid> types,
+                             FunctionCallInfo fcinfo, bool read_only, long count);
 /* Read the columns of GD_INSTANCE_COLUMNS (in that order) into `row`, copied into CurrentMemoryContext. */
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);
 /* Lock up to `limit` runnable in-database steps of the queue, best first;

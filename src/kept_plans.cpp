@@ -52,7 +52,7 @@ SPIPlanPtr gd_prepare_kept(const char *sql, int nargs, Oid *types)
 }
 
 int gd_run_kept(SPIPlanPtr &plan, const char *sql, std::initializer_list<Oid> types, Datum *args, bool read_only,
-                long count)
+                long count, const char *nulls)
 {
     if (plan == nullptr) {
         Oid argument_types[FUNC_MAX_ARGS];
@@ -61,7 +61,19 @@ int gd_run_kept(SPIPlanPtr &plan, const char *sql, std::initializer_list<Oid> ty
             argument_types[nargs++] = type;
         plan = gd_prepare_kept(sql, nargs, argument_types);
     }
-    return gd_execute_kept(plan, args, nullptr, read_only, count);
+    return gd_execute_kept(plan, args, nulls, read_only, count);
+}
+
+int gd_run_kept_on_arguments(SPIPlanPtr &plan, const char *sql, std::initializer_list<Oid> types,
+                             FunctionCallInfo fcinfo, bool read_only, long count)
+{
+    Datum args[FUNC_MAX_ARGS];
+    char nulls[FUNC_MAX_ARGS];
+    for (int i = 0; i < fcinfo->nargs; i++) {
+        args[i] = fcinfo->args[i].value;
+        nulls[i] = fcinfo->args[i].isnull ? 'n' : ' ';
+    }
+    return gd_run_kept(plan, sql, types, args, read_only, count, nulls);
 }
 
 int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, long count, KeptJoins joins)

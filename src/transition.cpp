@@ -592,21 +592,14 @@ void gd_release_concurrency_keys()
 GD_SQL_FUNCTION(gd_move_step)
 {
     static SPIPlanPtr move_plan = nullptr;
-    Datum args[4] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2),
-                     PG_ARGISNULL(3) ? 0 : PG_GETARG_DATUM(3)};
-    const char nulls[4] = {' ', ' ', ' ', PG_ARGISNULL(3) ? 'n' : ' '};
     SPI_connect();
-    if (move_plan == nullptr) {
-        Oid types[4] = {TEXTOID, INT4OID, TEXTOID, TEXTOID};
-        move_plan = gd_prepare_kept(
-            "UPDATE gd._instances i"
-            "   SET (queue, home_queue) = (SELECT r.queue, r.home_queue"
-            "                                FROM gd._route($4, coalesce(i.home_queue, i.queue)) r)"
-            " WHERE i.fsm = $1 AND i.version = $2 AND i.step = $3 AND i.status IN ('runnable', 'executing')"
-            " RETURNING i.queue",
-            4, types);
-    }
-    if (gd_execute_kept(move_plan, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
+    if (gd_run_kept_on_arguments(move_plan,
+                    "UPDATE gd._instances i"
+                    "   SET (queue, home_queue) = (SELECT r.queue, r.home_queue"
+                    "                                FROM gd._route($4, coalesce(i.home_queue, i.queue)) r)"
+                    " WHERE i.fsm = $1 AND i.version = $2 AND i.step = $3 AND i.status IN ('runnable', 'executing')"
+                    " RETURNING i.queue",
+                    {TEXTOID, INT4OID, TEXTOID, TEXTOID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: moving the instances at a step failed");
     for (uint64 r = 0; r < SPI_processed; r++)
         gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1));
@@ -704,16 +697,15 @@ GD_SQL_FUNCTION(gd_revive)
     if (PG_ARGISNULL(1))
         PG_RETURN_BOOL(false);
     static SPIPlanPtr revive_plan = nullptr;
-    Datum args[2] = {PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
     SPI_connect();
-    if (gd_run_kept(revive_plan,
+    if (gd_run_kept_on_arguments(revive_plan,
                     "UPDATE gd._instances i"
                     "   SET status = 'runnable', attempt = 1, error = NULL, result = NULL, finished_at = NULL,"
                     "       gated = gd._must_gate(i.owner, i.concurrency_key),"
                     "       eligible_at = clock_timestamp(), updated_at = clock_timestamp()"
                     " WHERE i.id = $2 AND i.status = 'failed' AND gd._may_use_instance($1, i.owner, i.fsm)"
                     " RETURNING i.queue",
-                    {OIDOID, INT8OID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+                    {OIDOID, INT8OID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: retrying instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
     bool revived = SPI_processed == 1;
     if (revived) {
