@@ -228,6 +228,9 @@ int compare_ids(const void *a, const void *b)
  */
 GD_SQL_FUNCTION(gd_claim_steps)
 {
+    for (int arg = 0; arg < 4; arg++)
+        if (PG_ARGISNULL(arg))
+            bad_argument("gd._claim_steps takes a queue, a worker, a count and a lease, got NULL");
     const char *queue = text_to_cstring(PG_GETARG_TEXT_PP(0));
     Datum worker = PG_GETARG_DATUM(1);
     int limit = PG_GETARG_INT32(2);
@@ -440,7 +443,7 @@ TimestampTz gd_expire_leases(int batch)
                              "             (SELECT min(i.eligible_at) FROM gd._instances i"
                              "               WHERE i.status = 'runnable' AND i.external"
                              "                 AND i.eligible_at > i.updated_at AND i.eligible_at > now()))",
-                             {}, nullptr, true, 1);
+                             {}, nullptr, false, 1); /* a new snapshot: leases claimed since the round began */
     if (result != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: looking up the next lease to expire failed");
     bool isnull;

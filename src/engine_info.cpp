@@ -42,7 +42,7 @@ struct WorkerRow {
 
 } // namespace
 
-/* gd._configured_queues(): the queue names in gen_durable.queues. */
+/* gd.configured_queues(): the queue names in gen_durable.queues. */
 GD_SQL_FUNCTION(gd_configured_queues)
 {
     std::vector<gd::QueueSetting> queues = gd::parse_queue_list(gd_queues_setting);

@@ -171,7 +171,11 @@ void gd_prepare_handler_calls()
         context_type = type;
         MemoryContextSwitchTo(old);
     }
-    empty_json_array = DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"));
+    if (empty_json_array == 0) {
+        MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+        empty_json_array = DirectFunctionCall1(jsonb_in, CStringGetDatum("[]"));
+        MemoryContextSwitchTo(old);
+    }
 }
 
 bool gd_handler_gone(const PickedInstance &row, const StepDefinition &def, HandlerGone *why)

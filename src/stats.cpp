@@ -75,7 +75,7 @@ StatEvent gd_step_event(const char *kind)
     pg_unreachable();
 }
 
-/* gd._stats(): one row per event: event, count, total_ms, max_ms, since. */
+/* gd.read_stats(): one row per event: event, count, total_ms, max_ms, since. */
 GD_SQL_FUNCTION(gd_stats)
 {
     InitMaterializedSRF(fcinfo, 0);

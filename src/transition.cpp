@@ -564,15 +564,17 @@ int admit_gated(Oid owner, const char *key)
     return admitted;
 }
 
-/* Make room under each key of `keys` (sorted here: the order every path takes key locks in). */
-void ungate(OwnedKey *keys, int count)
+/* Make room under each key of `keys` (sorted here: the order every path takes key locks in); how many ran. */
+int ungate(OwnedKey *keys, int count)
 {
     if (count == 0)
-        return;
+        return 0;
     qsort(keys, count, sizeof(keys[0]), compare_keys);
+    int admitted = 0;
     for (int i = 0; i < count; i++)
         if (i == 0 || compare_keys(&keys[i], &keys[i - 1]) != 0)
-            (void) admit_gated(keys[i].owner, keys[i].key);
+            admitted += admit_gated(keys[i].owner, keys[i].key);
+    return admitted;
 }
 
 } // namespace
@@ -581,7 +583,7 @@ void gd_release_concurrency_keys()
 {
     int count = keys_to_release_count;
     keys_to_release_count = 0; /* the array stays, for the transaction's next keys */
-    ungate(keys_to_release, count);
+    (void) ungate(keys_to_release, count);
 }
 
 /*
@@ -607,11 +609,26 @@ GD_SQL_FUNCTION(gd_move_step)
     PG_RETURN_VOID();
 }
 
-/* gd._ungate(key_owner oid, key text) → int: admit_gated, for the SQL paths (a limit raised, the reaper's repair). */
+/*
+ * gd._ungate(owners oid[], keys text[]) → int: make room under each (owner,
+ * key) pair, in the runners' key order, for the SQL paths (a limit raised,
+ * the reaper's repair); how many instances may run now.
+ */
 GD_SQL_FUNCTION(gd_ungate)
 {
+    Datum *owners, *keys;
+    bool *owner_nulls, *key_nulls;
+    int owner_count, key_count;
+    deconstruct_array(PG_GETARG_ARRAYTYPE_P(0), OIDOID, sizeof(Oid), true, TYPALIGN_INT, &owners, &owner_nulls,
+                      &owner_count);
+    deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), TEXTOID, -1, false, TYPALIGN_INT, &keys, &key_nulls, &key_count);
+    if (owner_count != key_count)
+        elog(ERROR, "gen_durable: gd._ungate takes as many owners as keys, got %d and %d", owner_count, key_count);
+    OwnedKey *pairs = static_cast<OwnedKey *>(palloc(sizeof(OwnedKey) * Max(key_count, 1)));
+    for (int i = 0; i < key_count; i++)
+        pairs[i] = OwnedKey{DatumGetObjectId(owners[i]), TextDatumGetCString(keys[i])};
     SPI_connect();
-    int admitted = admit_gated(PG_GETARG_OID(0), text_to_cstring(PG_GETARG_TEXT_PP(1)));
+    int admitted = ungate(pairs, key_count);
     SPI_finish();
     PG_RETURN_INT32(admitted);
 }
@@ -668,7 +685,7 @@ int gd_resume_parents(int64 parent)
                              "           'id', c.id, 'fsm', c.fsm, 'status', c.status, 'result', c.result,"
                              "           'error', c.error) ORDER BY c.id), '[]'))"
                              "  FROM gd._instances c WHERE c.parent_id = $1",
-                             {INT8OID}, &id, true, 1);
+                             {INT8OID}, &id, false, 1); /* not read-only: a new snapshot sees the last child's commit */
         if (result != SPI_OK_SELECT || SPI_processed != 1)
             elog(ERROR, "gen_durable: reading the children of instance " INT64_FORMAT " failed", DatumGetInt64(id));
         Datum children = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -772,7 +789,7 @@ GD_SQL_FUNCTION(gd_cancel_tree)
         if (id == target)
             has_parent = !isnull;
     }
-    ungate(freed, freed_count);
+    (void) ungate(freed, freed_count);
     if (has_parent)
         gd_wake_reaper_at_commit();
     SPI_finish();

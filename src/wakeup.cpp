@@ -157,15 +157,8 @@ void gd_wake_awaiters_at_commit(int64 instance_id)
         gd::cpp_entry([&] { pending_awaited.push_back(instance_id); });
 }
 
-extern "C" {
-
-PG_FUNCTION_INFO_V1(gd_wake_on_commit);
-PG_FUNCTION_INFO_V1(gd_wake_database_on_commit);
-PG_FUNCTION_INFO_V1(gd_wake_awaiters_on_commit);
-PG_FUNCTION_INFO_V1(gd_wake_reaper_on_commit);
-
 /* gd._wake_on_commit(queue text): the caller made a row of this queue runnable. */
-Datum gd_wake_on_commit(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_wake_on_commit)
 {
     char queue[NAMEDATALEN];
     text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
@@ -174,22 +167,21 @@ Datum gd_wake_on_commit(PG_FUNCTION_ARGS)
 }
 
 /* gd._wake_database_on_commit(): wake every executor here (the extension was just created). */
-Datum gd_wake_database_on_commit(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_wake_database_on_commit)
 {
     gd_wake_database_at_commit();
     PG_RETURN_VOID();
 }
 
 /* gd._wake_awaiters_on_commit(id bigint): the caller changed this instance. */
-Datum gd_wake_awaiters_on_commit(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_wake_awaiters_on_commit)
 {
     gd_wake_awaiters_at_commit(PG_GETARG_INT64(0));
     PG_RETURN_VOID();
 }
-}
 
 /* gd._wake_reaper_on_commit(): the caller ended a child instance. */
-extern "C" Datum gd_wake_reaper_on_commit(PG_FUNCTION_ARGS)
+GD_SQL_FUNCTION(gd_wake_reaper_on_commit)
 {
     gd_wake_reaper_at_commit();
     PG_RETURN_VOID();

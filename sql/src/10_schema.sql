@@ -152,11 +152,11 @@ CREATE OR REPLACE TRIGGER fsm_in_use_truncate BEFORE TRUNCATE ON gd._fsms
 -- and a plan kept from them scans the whole table per call once the backlog
 -- arrives; so the engine's own statements (src/kept_plans.cpp) and the API
 -- functions that find instances run with SET enable_seqscan = off.  The
--- engine's statements (gd_claim's among them) and gd_cancel also with
--- jit = off: a generic plan's LIMIT $n is costed as a tenth of the rows (a
--- recursive walk of a tree, as many), so with a large backlog every call of
--- a statement that touches a few rows would compile itself with LLVM first.
--- The others read rows by id: never that costly.
+-- engine's statements (gd_claim's and gd_cancel's tree walk among them) also
+-- with jit = off: a generic plan's LIMIT $n is costed as a tenth of the rows
+-- (a recursive walk of a tree, as many), so with a large backlog every call
+-- of a statement that touches a few rows would compile itself with LLVM
+-- first.  The API's own statements read rows by id: never that costly.
 
 -- The executors' pick: runnable in-database steps of a queue, best first.
 CREATE INDEX IF NOT EXISTS instances_pick ON gd._instances (queue, priority, eligible_at, id)

@@ -111,9 +111,10 @@ BEGIN
      ORDER BY b.priority, b.eligible_at, b.id LIMIT room;
 END $$;
 
--- Let the best waiting instances under key_owner's key run, as far as there
--- is room.  Returns how many (src/transition.cpp).
-CREATE OR REPLACE FUNCTION gd._ungate(key_owner oid, key text) RETURNS int
+-- Let the best waiting instances under each (owner, key) pair run, as far as
+-- there is room, taking the keys in the runners' order.  Returns how many
+-- (src/transition.cpp).
+CREATE OR REPLACE FUNCTION gd._ungate(owners oid[], keys text[]) RETURNS int
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_ungate';
 
 -- The reaper's repair: keys with waiting instances and room (only hand edits
@@ -123,7 +124,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     repaired int := 0;
 BEGIN
-    SELECT coalesce(sum(gd._ungate(k.owner, k.key)), 0) INTO repaired
+    SELECT gd._ungate(coalesce(array_agg(k.owner), '{}'), coalesce(array_agg(k.key), '{}')) INTO repaired
       FROM (SELECT DISTINCT w.owner::oid AS owner, w.concurrency_key AS key FROM gd._instances w
              WHERE w.gated AND w.status = 'runnable') k
      WHERE (gd._key_limit(k.key)).max > gd._key_running(k.owner, k.key, (gd._key_limit(k.key)).shared);
@@ -171,10 +172,9 @@ BEGIN
     INSERT INTO gd._concurrency_limits AS l (name, max, shared) VALUES (name, max, shared)
     ON CONFLICT ON CONSTRAINT _concurrency_limits_pkey DO UPDATE SET max = excluded.max, shared = excluded.shared;
     -- a raised limit admits waiting instances now
-    PERFORM gd._ungate(k.owner, k.key)
+    PERFORM gd._ungate(array_agg(k.owner), array_agg(k.key))
        FROM (SELECT DISTINCT w.owner::oid AS owner, w.concurrency_key AS key FROM gd._instances w
-              WHERE w.gated AND w.status = 'runnable' AND split_part(w.concurrency_key, ':', 1) = name
-              ORDER BY 2, 1) k;
+              WHERE w.gated AND w.status = 'runnable' AND split_part(w.concurrency_key, ':', 1) = name) k;
 END $$;
 
 -- Back to the default of 1 per owner.
