@@ -19,13 +19,11 @@
 #include "stats.hpp"
 
 extern "C" {
-#include "lib/stringinfo.h"
 #include "access/xact.h"
 #include "utils/lsyscache.h"
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/json.h"
 }
 
 namespace {
@@ -144,18 +142,6 @@ const char *resume_step(const PickedInstance &row, HeapTupleHeader outcome, bool
     if (gd_find_step(row.fsm, row.version, name) == nullptr)
         bad_outcome(row, psprintf("resume at unknown step \"%s\"", name));
     return name;
-}
-
-void append_json_field(StringInfo json, const char *key, const char *value, bool first = false)
-{
-    if (!first)
-        appendStringInfoString(json, ", ");
-    escape_json(json, key);
-    appendStringInfoString(json, ": ");
-    if (value == nullptr)
-        appendStringInfoString(json, "null");
-    else
-        escape_json(json, value);
 }
 
 /* A wait or a spawn: parked until resumed at its then_step (a spawn must name one). */
@@ -842,50 +828,4 @@ Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const ch
     ErrorFields fields{"undefined", message};
     fields.sqlstate = unpack_sql_state(sqlerrcode);
     return gd_final_transition(row, Status::failed, 0, gd_error_document(row, fields));
-}
-
-Datum gd_error_document(const PickedInstance &row, const ErrorFields &fields, Datum given)
-{
-    Jsonb *user = given ? DatumGetJsonbP(given) : nullptr;
-    bool user_object = user != nullptr && JB_ROOT_IS_OBJECT(user);
-    const char *message = fields.message;
-    if (user_object) {
-        /* the user's own message, if the object has one */
-        JsonbValue key{};
-        key.type = jbvString;
-        key.val.string.val = const_cast<char *>("message");
-        key.val.string.len = 7;
-        JsonbValue *own = findJsonbValueFromContainer(&user->root, JB_FOBJECT, &key);
-        if (own != nullptr && own->type == jbvString)
-            message = pnstrdup(own->val.string.val, own->val.string.len);
-    }
-    StringInfoData json;
-    initStringInfo(&json);
-    appendStringInfoChar(&json, '{');
-    append_json_field(&json, "kind", fields.kind, true);
-    append_json_field(&json, "message", message);
-    if (fields.sqlstate != nullptr)
-        append_json_field(&json, "sqlstate", fields.sqlstate);
-    if (fields.sqlstate != nullptr || fields.detail != nullptr)
-        append_json_field(&json, "detail", fields.detail);
-    if (fields.worker != nullptr)
-        append_json_field(&json, "worker", fields.worker);
-    append_json_field(&json, "step", row.step);
-    appendStringInfo(&json, ", \"attempt\": %d", row.attempt);
-    if (user != nullptr && !user_object)
-        appendStringInfo(&json, ", \"data\": %s", JsonbToCString(nullptr, &user->root, VARSIZE(user)));
-    appendStringInfoChar(&json, '}');
-    Datum document = DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data));
-    pfree(json.data);
-    /* the user's other keys stay; the engine's win */
-    return user_object ? DirectFunctionCall2(jsonb_concat, given, document) : document;
-}
-
-Datum gd_error_json(const ErrorData *edata, const PickedInstance &row)
-{
-    /* A cancel that reaches here is the step's own timeout: the runner rethrows any other. */
-    ErrorFields fields{edata->sqlerrcode == ERRCODE_QUERY_CANCELED ? "timeout" : "error", edata->message};
-    fields.sqlstate = unpack_sql_state(edata->sqlerrcode);
-    fields.detail = edata->detail;
-    return gd_error_document(row, fields);
 }
