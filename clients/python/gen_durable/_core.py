@@ -270,3 +270,35 @@ class NotifyWatch:
         log.warning("worker %s: polls keep finding work and LISTEN has heard no notification; a LISTEN through a "
                     "transaction pooler hears nothing: give listen_conninfo a direct or session-mode connection%s",
                     self.worker, " (it is given: check where it leads)" if self.listen_conninfo_given else "")
+
+
+class LeaseLost(Exception):
+    """A claim of the batch in hand was reclaimed: the batch's writes are rolled back."""
+
+
+class WorkerSettings:
+    """What Worker and AsyncWorker are given (see worker.py for each setting)."""
+
+    def __init__(self, conninfo: str = "", handlers: Optional[Mapping[Tuple[str, str], Handler]] = None, *,
+                 queues: Optional[Sequence[str]] = None, concurrency: int = 1, batch: int = 10,
+                 lease: float = 30.0, poll: float = 10.0, name: Optional[str] = None,
+                 listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None):
+        if concurrency < 1 or batch < 1:
+            raise ValueError("concurrency and batch must be at least 1")
+        self.conninfo = conninfo
+        self.handlers = Handlers(handlers)
+        self.queues = list(queues) if queues else None
+        self.concurrency = concurrency
+        self.batch = batch
+        self.lease = lease
+        self.poll = poll
+        self.name = name or default_worker_name()
+        self.listen_conninfo = listen_conninfo
+        self.pooler = pooler
+        self._in_hand: Dict[int, int] = {}       # claim id -> lease token, for the heartbeat
+        self._lost: set = set()
+        self._watch = NotifyWatch(self.name, listen_conninfo is not None)
+
+    def step(self, fsm: str, step: str):
+        """Decorator: run this function for `step` of `fsm`."""
+        return self.handlers.register(fsm, step)

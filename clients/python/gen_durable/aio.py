@@ -14,12 +14,12 @@ import asyncio
 import inspect
 import logging
 import signal
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Mapping, Optional, Union
 
 import psycopg
 
 from . import _core
-from ._core import Claim, Handler, Handlers, Instance, Settled, jsonb
+from ._core import Claim, Instance, Settled, jsonb
 from .outcomes import Outcome, Seconds, interval
 
 log = logging.getLogger("gen_durable")
@@ -96,37 +96,13 @@ class AsyncClient:
         return await self._one(_core.DRAIN, [queue, with_scheduled, max_steps])
 
 
-class _LeaseLost(Exception):
-    pass
-
-
-class AsyncWorker:
+class AsyncWorker(_core.WorkerSettings):
     """gen_durable.worker.Worker for asyncio: lanes are tasks, each with its own connection."""
 
-    def __init__(self, conninfo: str = "", handlers: Optional[Mapping[Tuple[str, str], Handler]] = None, *,
-                 queues: Optional[Sequence[str]] = None, concurrency: int = 1, batch: int = 10,
-                 lease: float = 30.0, poll: float = 10.0, name: Optional[str] = None,
-                 listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None):
-        if concurrency < 1 or batch < 1:
-            raise ValueError("concurrency and batch must be at least 1")
-        self.conninfo = conninfo
-        self.handlers = Handlers(handlers)
-        self.queues = list(queues) if queues else None
-        self.concurrency = concurrency
-        self.batch = batch
-        self.lease = lease
-        self.poll = poll
-        self.name = name or _core.default_worker_name()
-        self.listen_conninfo = listen_conninfo
-        self.pooler = pooler
+    def __init__(self, *args, **settings):
+        super().__init__(*args, **settings)
         self._stopping: Optional[asyncio.Event] = None
         self._wakeups: List[asyncio.Event] = []
-        self._in_hand: Dict[int, int] = {}
-        self._lost: set = set()
-        self._watch = _core.NotifyWatch(self.name, listen_conninfo is not None)
-
-    def step(self, fsm: str, step: str):
-        return self.handlers.register(fsm, step)
 
     def stop(self):
         """Drain and stop (call it in the worker's event loop, or via its signal handlers)."""
@@ -221,7 +197,7 @@ class AsyncWorker:
             if unhandled:
                 await self._release(connection, unhandled, "this worker has no handler for them")
                 await self._sleep(self.poll)
-        except _LeaseLost as lost:
+        except _core.LeaseLost as lost:
             log.warning("worker %s: %s; the batch was rolled back", self.name, lost)
             await self._release(connection, [c for c in handled if c.id not in self._lost],
                                 "their batch was rolled back")
@@ -241,7 +217,7 @@ class AsyncWorker:
             completed = await self._complete(connection, started, outcomes) if started else []
             stale = [c.id for c, ok in zip(started, completed) if not ok]
             if stale:
-                raise _LeaseLost(f"the leases of instances {stale} were lost")
+                raise _core.LeaseLost(f"the leases of instances {stale} were lost")
             await self._release(connection, unstarted, "the worker is stopping")
 
     async def _call(self, connection, claim: Claim) -> Outcome:

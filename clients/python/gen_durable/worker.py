@@ -35,50 +35,25 @@ import os
 import select
 import signal
 import threading
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import List, Optional
 
 import psycopg
 
 from . import _core
-from ._core import Claim, Handler, Handlers
+from ._core import Claim
 from .client import connect
 from .outcomes import Outcome, interval
 
 log = logging.getLogger("gen_durable")
 
 
-class _LeaseLost(Exception):
-    pass
-
-
-class Worker:
-    def __init__(self, conninfo: str = "", handlers: Optional[Mapping[Tuple[str, str], Handler]] = None, *,
-                 queues: Optional[Sequence[str]] = None, concurrency: int = 1, batch: int = 10,
-                 lease: float = 30.0, poll: float = 10.0, name: Optional[str] = None,
-                 listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None):
-        if concurrency < 1 or batch < 1:
-            raise ValueError("concurrency and batch must be at least 1")
-        self.conninfo = conninfo
-        self.handlers = Handlers(handlers)
-        self.queues = list(queues) if queues else None
-        self.concurrency = concurrency
-        self.batch = batch
-        self.lease = lease
-        self.poll = poll
-        self.name = name or _core.default_worker_name()
-        self.listen_conninfo = listen_conninfo
-        self.pooler = pooler
+class Worker(_core.WorkerSettings):
+    def __init__(self, *args, **settings):
+        super().__init__(*args, **settings)
         self._stopping = threading.Event()
         self._wakeups: List[threading.Event] = []
         self._wake_r, self._wake_w = os.pipe()   # wakes the listener's select() at stop
-        self._in_hand: Dict[int, int] = {}       # claim id -> lease token, for the heartbeat
-        self._lost: set = set()
         self._lock = threading.Lock()
-        self._watch = _core.NotifyWatch(self.name, listen_conninfo is not None)
-
-    def step(self, fsm: str, step: str):
-        """Decorator: run this function for `step` of `fsm`."""
-        return self.handlers.register(fsm, step)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -175,7 +150,7 @@ class Worker:
             if unhandled:
                 self._release(connection, unhandled, "this worker has no handler for them")
                 self._sleep(self.poll)   # not at once again: a worker that has the handlers may take them
-        except _LeaseLost as lost:
+        except _core.LeaseLost as lost:
             log.warning("worker %s: %s; the batch was rolled back", self.name, lost)
             self._release(connection, [c for c in handled if c.id not in self._lost], "their batch was rolled back")
         finally:
@@ -195,7 +170,7 @@ class Worker:
             completed = self._complete(connection, started, outcomes) if started else []
             stale = [c.id for c, ok in zip(started, completed) if not ok]
             if stale:
-                raise _LeaseLost(f"the leases of instances {stale} were lost")
+                raise _core.LeaseLost(f"the leases of instances {stale} were lost")
             self._release(connection, unstarted, "the worker is stopping")
 
     def _call(self, connection: psycopg.Connection, claim: Claim) -> Outcome:
