@@ -125,8 +125,10 @@ void complete_claim(TransitionBatch &completions, const ClaimedRow &claimed, Hea
     }
     gd_prepare_transition(row.id, t);
     gd_write_transition_batched(completions, row.id, t);
-    if (t.status == Status::runnable && !t.external && !t.moved)
-        gd_wake_queue_at_commit(row.queue); /* an in-database step is next (a moved one is woken as written) */
+    if (t.status == Status::runnable && !t.external && !t.moved) { /* an in-database step is next (a moved one is woken as written) */
+        PickKey key{row.priority, t.eligible_at, row.id};
+        gd_wake_queue_at_commit(row.queue, &key);
+    }
 }
 
 /*

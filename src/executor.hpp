@@ -53,14 +53,15 @@ struct PickedInstance {
     int weight;            /* tokens a step takes */
     Oid owner;             /* the FSM's owner: whose key spaces the instance's keys are in */
     TimestampTz updated_at; /* the row's version: a crashed step's note names it */
+    int32 priority;
     const char *queue;     /* where the current step runs (not among GD_INSTANCE_COLUMNS: its reader knows) */
 };
 
 /* The columns gd_read_instance reads, in its order, for queries on gd._instances i. */
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
-    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 14;
+    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 15;
 
 /* The engine's own statements (kept_plans.cpp): prepare one once (a kept,
  * generic plan), and run it as SPI_execute_plan would, planned for the indexes. */
@@ -78,10 +79,9 @@ int gd_run_kept_on_arguments(SPIPlanPtr &plan, const char *sql, std::initializer
                              FunctionCallInfo fcinfo, bool read_only, long count);
 /* Read the columns of GD_INSTANCE_COLUMNS (in that order) into `row`, copied into CurrentMemoryContext. */
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);
-/* Lock up to `limit` runnable in-database steps of the queue, best first;
- * the rows are copied into `into`.  An executor's picks (`executor` given)
- * go on after its previous full pick's last row (see picker.cpp). */
-int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into, WorkerSlot *executor);
+/* Lock up to `limit` runnable in-database steps of the queue, best first,
+ * from the queue's frontier on; the rows are copied into `into`. */
+int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into);
 /* What gd_drain runs: the instances of owners `member` is a member of, those
  * scheduled for later too when `with_scheduled`. */
 struct DrainScope {
@@ -90,7 +90,7 @@ struct DrainScope {
 };
 /* A drain's pick: as gd_pick, of the scope's instances, due by the clock (not by the transaction's start). */
 int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryContext into, const DrainScope &scope);
-/* gd_claim's pick: as gd_pick from the front, of the external steps of the
+/* gd_claim's pick: as gd_pick, from the claim frontier, of the external steps of the
  * FSMs named in `usable` (a text[]; 0: every FSM). */
 int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance *out, MemoryContext into);
 /* When the next row of the queue not yet eligible becomes eligible; 0 when none. */

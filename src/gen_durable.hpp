@@ -46,7 +46,8 @@ std::vector<std::string> parse_database_list(const char *text);
 
 /* ---- shared memory (shmem.cpp) ------------------------------------------ */
 
-#include "stats.hpp" /* GdStats lives in GdShared */
+#include "frontier.hpp" /* QueueFrontier lives in GdShared */
+#include "stats.hpp"    /* GdStats too */
 
 constexpr int GD_MAX_WORKERS = 128;
 
@@ -70,7 +71,6 @@ struct WorkerSlot {
     bool idle;                      /* sleeping, waiting for work */
     pg_atomic_uint64 current_instance; /* 0 when none */
     pg_atomic_uint64 since;         /* TimestampTz of the current activity */
-    pg_atomic_uint32 new_work;      /* an executor woken by new work: its next pick starts from the front */
     pg_atomic_uint64 cancel_step;   /* gd_cancel of the instance whose step this executor runs: stop it */
 };
 
@@ -90,6 +90,7 @@ struct GdShared {
     pg_atomic_uint32 awaiting_backends;
     pg_atomic_uint32 worker_deaths; /* bumped by the launcher when a worker it planned stopped */
     GdStats stats;
+    QueueFrontier frontiers[GD_MAX_FRONTIERS]; /* entries claimed under lock, each guarded by its own mutex */
     AwaitSlot await_slots[FLEXIBLE_ARRAY_MEMBER]; /* MaxBackends entries */
 };
 
@@ -111,8 +112,9 @@ void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id);
 
 /* ---- wake-ups (wakeup.cpp) ---------------------------------------------- */
 
-/* At commit of the current transaction, wake executors of this queue. */
-void gd_wake_queue_at_commit(const char *queue);
+/* At commit of the current transaction, wake executors of this queue: a row
+ * at `key` (nullptr: somewhere) became runnable. */
+void gd_wake_queue_at_commit(const char *queue, const PickKey *key = nullptr);
 /* At commit, wake every executor of this database (e.g. CREATE EXTENSION). */
 void gd_wake_database_at_commit();
 /* At commit, wake backends blocked in gd_await on this instance. */

@@ -3,7 +3,8 @@
  * of whatever makes external work runnable now.
  *
  * Row triggers on gd._instances (and gd._queues, for a resumed queue) record
- * the queue and when the work becomes eligible.  Just before commit
+ * the queue and when the work becomes eligible (and announce the row's key to
+ * the queue's claim frontier, frontier.cpp).  Just before commit
  * (XACT_EVENT_PRE_COMMIT, which runs before PostgreSQL queues the
  * transaction's notifications) each recorded queue whose work is eligible by
  * then gets one Async_Notify, so listeners hear of it exactly when the rows
@@ -167,9 +168,13 @@ GD_SQL_FUNCTION(gd_external_work_changed)
     char **args = trigger->tg_trigger->tgargs;
     char queue[NAMEDATALEN];
     text_to_cstring_buffer(DatumGetTextPP(column_value(trigger, row, args[0])), queue, sizeof(queue));
-    TimestampTz eligible_at = trigger->tg_trigger->tgnargs > 1
-                                  ? DatumGetTimestampTz(column_value(trigger, row, args[1]))
-                                  : GetCurrentTimestamp();
+    TimestampTz eligible_at = GetCurrentTimestamp();
+    if (trigger->tg_trigger->tgnargs > 1) { /* a row of gd._instances: its place in the claim index too */
+        eligible_at = DatumGetTimestampTz(column_value(trigger, row, args[1]));
+        PickKey key{DatumGetInt32(column_value(trigger, row, "priority")), eligible_at,
+                    DatumGetInt64(column_value(trigger, row, "id"))};
+        gd_frontier_announce_at_end(queue, true, &key, false);
+    }
     record(queue, eligible_at);
     return PointerGetDatum(nullptr);
 }

@@ -1,23 +1,20 @@
 /*
  * picker.cpp — choosing the next rows an executor runs, and the steps
- * gd_claim hands an external worker (the same statement on the claim index).  One prepared,
- * kept plan locks up to batch_size runnable in-database steps of the queue,
- * best first (priority, then eligibility, then id), skipping rows other
- * executors hold; the lock lasts until the round commits, so no row runs
- * twice at once and a crash simply releases it.  An executor goes on after
- * the last row of its previous full pick instead of scanning from the front
- * each time: the front of the index holds the entries of rows just run,
- * which cost a heap visit each until vacuum removes them — and while a long
- * transaction holds the MVCC horizon back, that is never.  It starts from
- * the front again after a short pick, when a commit woke it with new work
- * (which may sort before the resume point: a higher priority), and every
- * second (rows a rolled-back round gave back, or changed by hand).  A
- * second plan tells an idle executor when the next scheduled row comes due,
- * so it sleeps exactly that long (or the poll interval, whichever is
- * shorter).  Both use the one pick index: a second index on eligibility
+ * gd_claim hands an external worker (the same statement on the claim index).
+ * One prepared, kept plan locks up to batch_size runnable in-database steps
+ * of the queue, best first (priority, then eligibility, then id), skipping
+ * rows other executors hold; the lock lasts until the round commits, so no
+ * row runs twice at once and a crash simply releases it.  Each priority is
+ * read from its mark in the queue's frontier (frontier.cpp) rather than from
+ * the front of the index, where the entries of rows already run wait for
+ * vacuum — which a long transaction can hold off for as long as it stays
+ * open.  A second plan tells an idle executor when the next scheduled row
+ * comes due, so it sleeps exactly that long (or the poll interval, whichever
+ * is shorter).  Both use the one pick index: a second index on eligibility
  * lured the planner into sorting the whole backlog for every pick.
  */
 #include "executor.hpp"
+#include "frontier.hpp"
 
 extern "C" {
 #include "utils/builtins.h"
@@ -25,8 +22,6 @@ extern "C" {
 }
 
 namespace {
-
-SPIPlanPtr due_plan = nullptr;
 
 char *copy_text(HeapTuple tuple, TupleDesc desc, int column)
 {
@@ -56,55 +51,41 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.weight = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
     row.owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 13, &isnull));
     row.updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 14, &isnull));
+    row.priority = DatumGetInt32(SPI_getbinval(tuple, desc, 15, &isnull));
 }
 
 namespace {
-
-/* Where an executor's last full pick ended (the last row's key), to go on from there. */
-struct ResumePoint {
-    bool valid;
-    int32 priority;
-    TimestampTz eligible_at;
-    int64 id;
-    TimestampTz since; /* when the scan last started from the front */
-};
-ResumePoint resume_point{};
-
-/* Back to the front at least this often: rows behind the resume point (a rolled-back round's) wait no longer. */
-constexpr int64 RESTART_US = 1000 * 1000;
 
 /* The rows the pick index holds (in-database steps), and the claim index
  * (external steps), of queue $1: each predicate as its index spells it. */
 #define PICKABLE "i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
 #define CLAIMABLE "i.queue = $1 AND i.status = 'runnable' AND i.external AND NOT i.gated"
 
-/* The first row of each priority in the pick index from the row after `key`
- * (a (priority, eligible_at, id) row) on, ascending, one index descent each
- * (a loose index scan).  Taking each priority's due rows on their own lets a
- * scan stop at the priority's first future row: across priorities, the
- * future rows of one lie before the due rows of the next, and a single scan
- * of the index would walk through every scheduled row for each pick that
- * finds fewer than it asks for.  Each priority's scan starts at the row its
- * descent found: the entries before it (rows just run, kept by a held MVCC
- * horizon) are walked once, not twice.  The first descent goes straight to
- * `key`, past the entries of the rows just run. */
-#define FIRST_ROWS_AFTER(rows, key)                                                                            \
+/* The first row of each priority in the index, ascending, one index descent
+ * each (a loose index scan): the queue's frontier, found from the front. */
+#define FIRST_ROWS(rows)                                                                                        \
     "WITH RECURSIVE firsts(priority, eligible_at, id) AS ("                                                    \
-    "  (SELECT i.priority, i.eligible_at, i.id FROM gd._instances i"                                            \
-    "    WHERE " rows " AND (i.priority, i.eligible_at, i.id) > " key                                          \
+    "  (SELECT i.priority, i.eligible_at, i.id FROM gd._instances i WHERE " rows                                \
     "    ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)"                                                    \
     "  UNION ALL"                                                                                              \
     "  SELECT n.* FROM firsts p CROSS JOIN LATERAL ("                                                          \
     "    SELECT i.priority, i.eligible_at, i.id FROM gd._instances i WHERE " rows " AND i.priority > p.priority" \
-    "     ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n) "
+    "     ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n) "                                               \
+    "SELECT priority, eligible_at, id FROM firsts"
 
-/* Lock up to $2 due rows of `rows` (and `also`), best first, from each first row
- * of `firsts` on.  The nested loop over ascending priorities yields rows in
- * order, and the outer LIMIT stops it (and the locking) as soon as it has
- * enough.  A paused queue yields nothing. */
+/* The frontier's marks, one row per priority: ($3[k], $4[k], $5[k]). */
+#define MARKS "unnest($3::int4[], $4::timestamptz[], $5::int8[]) AS p(priority, eligible_at, id)"
+
+/* Lock up to $2 due rows of `rows` (and `also`), best first, from each
+ * priority's mark on.  Taking each priority's due rows on their own lets a
+ * scan stop at the priority's first future row: across priorities, the
+ * future rows of one lie before the due rows of the next.  The nested loop
+ * over ascending priorities yields rows in order, and the outer LIMIT stops
+ * it (and the locking) as soon as it has enough.  A paused queue yields
+ * nothing. */
 #define DUE_ROWS(rows, also)                                                                                   \
-    "SELECT r.* FROM firsts p CROSS JOIN LATERAL ("                                                            \
-    "  SELECT " GD_INSTANCE_COLUMNS ", i.priority, i.eligible_at FROM gd._instances i"                          \
+    "SELECT r.* FROM " MARKS " CROSS JOIN LATERAL ("                                                           \
+    "  SELECT " GD_INSTANCE_COLUMNS ", i.eligible_at FROM gd._instances i"                          \
     "   WHERE " rows " AND i.priority = p.priority AND i.eligible_at <= now()"                                  \
     "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)" also                                              \
     "   ORDER BY i.eligible_at, i.id"                                                                          \
@@ -113,35 +94,85 @@ constexpr int64 RESTART_US = 1000 * 1000;
     " WHERE NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = $1 AND q.paused)"                              \
     " LIMIT $2"
 
-/* A key below every row's (its id is the lowest bigint, which no sequence hands out). */
-#define LOWEST_KEY "(-2147483648, '-infinity'::timestamptz, '-9223372036854775808'::bigint)"
-constexpr int32 LOWEST_PRIORITY = PG_INT32_MIN;
-constexpr int64 LOWEST_ID = PG_INT64_MIN;
-
-SPIPlanPtr pick_plan = nullptr;
-
-/* Lock up to $2 due rows, best first, after ($3, $4, $5) = (priority,
- * eligible_at, id): the resume point, or the lowest key to start from the
- * front. */
-uint64 run_pick(const char *queue, int limit, int32 after_priority, TimestampTz after_eligible_at, int64 after_id)
+/* The view's marks as the arguments $3, $4, $5 of MARKS. */
+void marks_arguments(const FrontierView &view, Datum *args)
 {
-    if (pick_plan == nullptr) {
-        Oid types[5] = {TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID, INT8OID};
-        pick_plan = gd_prepare_kept(
-            FIRST_ROWS_AFTER(PICKABLE, "($3, $4, $5)") DUE_ROWS(PICKABLE, ""),
-            5, types);
+    Datum *priorities = static_cast<Datum *>(palloc(sizeof(Datum) * Max(view.count, 1)));
+    Datum *times = static_cast<Datum *>(palloc(sizeof(Datum) * Max(view.count, 1)));
+    Datum *ids = static_cast<Datum *>(palloc(sizeof(Datum) * Max(view.count, 1)));
+    for (int i = 0; i < view.count; i++) {
+        priorities[i] = Int32GetDatum(view.marks[i].priority);
+        times[i] = TimestampTzGetDatum(view.marks[i].eligible_at);
+        ids[i] = Int64GetDatum(view.marks[i].id);
     }
-    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), Int32GetDatum(after_priority),
-                     TimestampTzGetDatum(after_eligible_at), Int64GetDatum(after_id)};
-    if (gd_execute_kept(pick_plan, args, nullptr, false, 0) != SPI_OK_SELECT)
-        elog(ERROR, "gen_durable: pick failed");
-    return SPI_processed;
+    args[0] = PointerGetDatum(construct_array(priorities, view.count, INT4OID, 4, true, TYPALIGN_INT));
+    args[1] = PointerGetDatum(construct_array(times, view.count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+    args[2] = PointerGetDatum(construct_array(ids, view.count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
-/* A pick from the front of the index. */
-uint64 run_pick_from_front(const char *queue, int limit)
+/* The queue's frontier to pick from: when it must be found from the front, found now. */
+FrontierView frontier_to_pick(const char *queue, bool external)
 {
-    return run_pick(queue, limit, LOWEST_PRIORITY, DT_NOBEGIN, LOWEST_ID);
+    static SPIPlanPtr pick_firsts_plan = nullptr, claim_firsts_plan = nullptr;
+    FrontierView view = gd_frontier_view(queue, external);
+    if (!view.from_front)
+        return view;
+    SPIPlanPtr &plan = external ? claim_firsts_plan : pick_firsts_plan;
+    if (plan == nullptr) {
+        Oid types[1] = {TEXTOID};
+        plan = gd_prepare_kept(external ? FIRST_ROWS(CLAIMABLE) : FIRST_ROWS(PICKABLE), 1, types);
+    }
+    Datum args[1] = {CStringGetTextDatum(queue)};
+    TimestampTz started = GetCurrentTimestamp();
+    if (gd_execute_kept(plan, args, nullptr, true, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: finding the first rows of queue \"%s\" failed", queue);
+    int found = static_cast<int>(SPI_processed);
+    /* Every priority's first row: more priorities than a frontier tracks are all picked from the front. */
+    PickKey *firsts = static_cast<PickKey *>(palloc(sizeof(PickKey) * Max(found, 1)));
+    for (int i = 0; i < found; i++) {
+        HeapTuple row = SPI_tuptable->vals[i];
+        bool isnull;
+        firsts[i] = PickKey{DatumGetInt32(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull)),
+                            DatumGetTimestampTz(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull)),
+                            DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull))};
+    }
+    SPI_freetuptable(SPI_tuptable);
+    gd_frontier_found(view, firsts, found, started);
+    view.count = found;
+    view.marks = firsts;
+    return view;
+}
+
+/*
+ * After a pick from `view` locked `count` rows (SPI_tuptable, the rows'
+ * eligible_at after the instance columns), ascending: raise each priority's
+ * mark past its last row, unless `may_raise` is false (the pick skipped rows
+ * it was not to take), and announce each priority's first row at the end of
+ * the transaction — on abort they are given back, and at commit some may
+ * still be runnable.
+ */
+void account_for_pick(const FrontierView &view, const char *queue, bool external, uint64 count, bool may_raise)
+{
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    auto key_of = [desc](HeapTuple row) {
+        bool isnull;
+        return PickKey{DatumGetInt32(SPI_getbinval(row, desc, GD_INSTANCE_COLUMN_COUNT, &isnull)),
+                       DatumGetTimestampTz(SPI_getbinval(row, desc, GD_INSTANCE_COLUMN_COUNT + 1, &isnull)),
+                       DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull))};
+    };
+    PickKey *last = static_cast<PickKey *>(palloc(sizeof(PickKey) * Max(count, 1)));
+    int priorities = 0;
+    for (uint64 i = 0; i < count; i++) {
+        PickKey key = key_of(SPI_tuptable->vals[i]);
+        if (priorities > 0 && last[priorities - 1].priority == key.priority) {
+            last[priorities - 1] = key;
+        } else {
+            gd_frontier_announce_at_end(queue, external, &key, true);
+            last[priorities++] = key;
+        }
+    }
+    if (may_raise)
+        gd_frontier_passed(view, last, priorities);
 }
 
 /* Copy a pick's rows out of SPI memory, which does not outlive this round's SPI connection. */
@@ -168,34 +199,21 @@ int take_locked_rows(int result, PickedInstance *out, MemoryContext into, const 
 
 } // namespace
 
-int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into, WorkerSlot *executor)
+int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into)
 {
-    TimestampTz now = GetCurrentTimestamp();
-    bool go_on = executor != nullptr;
-    bool woken_by_new_work = go_on && pg_atomic_exchange_u32(&executor->new_work, 0) != 0;
-    bool from_front = !(go_on && !woken_by_new_work && resume_point.valid && now - resume_point.since < RESTART_US);
-    uint64 count = from_front ? run_pick_from_front(queue, limit)
-                              : run_pick(queue, limit, resume_point.priority, resume_point.eligible_at, resume_point.id);
-    if (count == 0 && !from_front) {
-        from_front = true; /* nothing after the resume point: look from the front */
-        count = run_pick_from_front(queue, limit);
+    static SPIPlanPtr pick_plan = nullptr;
+    if (pick_plan == nullptr) {
+        Oid types[5] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID};
+        pick_plan = gd_prepare_kept(DUE_ROWS(PICKABLE, ""), 5, types);
     }
-    if (from_front)
-        resume_point.since = now;
-
-    copy_picked(count, out, into, queue);
-    /* A full pick goes on after its last row next time; a short one reached the end. */
-    resume_point.valid = go_on && count == static_cast<uint64>(limit);
-    if (resume_point.valid) {
-        HeapTuple last = SPI_tuptable->vals[count - 1];
-        TupleDesc desc = SPI_tuptable->tupdesc;
-        bool isnull;
-        resume_point.priority = DatumGetInt32(SPI_getbinval(last, desc, GD_INSTANCE_COLUMN_COUNT + 1, &isnull));
-        resume_point.eligible_at = DatumGetTimestampTz(SPI_getbinval(last, desc, GD_INSTANCE_COLUMN_COUNT + 2, &isnull));
-        resume_point.id = out[count - 1].id;
-    }
-    SPI_freetuptable(SPI_tuptable);
-    return static_cast<int>(count);
+    FrontierView view = frontier_to_pick(queue, false);
+    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0};
+    marks_arguments(view, args + 2);
+    int result = gd_execute_kept(pick_plan, args, nullptr, false, 0);
+    if (result != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: pick failed");
+    account_for_pick(view, queue, false, SPI_processed, true);
+    return take_locked_rows(result, out, into, queue);
 }
 
 int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryContext into, const DrainScope &scope)
@@ -219,31 +237,39 @@ int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryCo
 int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance *out, MemoryContext into)
 {
     static SPIPlanPtr claim_plan = nullptr;
-    Datum args[3] = {CStringGetTextDatum(queue), Int32GetDatum(limit), usable};
-    const char nulls[3] = {' ', ' ', usable == 0 ? 'n' : ' '};
     if (claim_plan == nullptr) {
-        Oid types[3] = {TEXTOID, INT4OID, TEXTARRAYOID};
-        claim_plan = gd_prepare_kept(FIRST_ROWS_AFTER(CLAIMABLE, LOWEST_KEY)
-                                         DUE_ROWS(CLAIMABLE, " AND ($3::text[] IS NULL OR i.fsm = ANY ($3))"),
-                                     3, types);
+        Oid types[6] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID};
+        claim_plan = gd_prepare_kept(DUE_ROWS(CLAIMABLE, " AND ($6::text[] IS NULL OR i.fsm = ANY ($6))"), 6, types);
     }
-    return take_locked_rows(gd_execute_kept(claim_plan, args, nulls, false, 0), out, into, queue);
+    FrontierView view = frontier_to_pick(queue, true);
+    Datum args[6] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0, usable};
+    marks_arguments(view, args + 2);
+    const char nulls[6] = {' ', ' ', ' ', ' ', ' ', usable == 0 ? 'n' : ' '};
+    int result = gd_execute_kept(claim_plan, args, nulls, false, 0);
+    if (result != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: claim failed");
+    /* Rows of FSMs this worker may not run stay behind for others: the marks stay before them. */
+    account_for_pick(view, queue, true, SPI_processed, usable == 0);
+    return take_locked_rows(result, out, into, queue);
 }
 
 TimestampTz gd_next_due(const char *queue)
 {
+    static SPIPlanPtr due_plan = nullptr;
     if (due_plan == nullptr) {
-        Oid types[1] = {TEXTOID};
-        /* Each priority's first future row. */
+        Oid types[5] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID};
+        /* Each priority's first future row ($2 unused: the arguments are the pick's). */
         due_plan = gd_prepare_kept(
-            FIRST_ROWS_AFTER(PICKABLE, LOWEST_KEY)
             "SELECT min((SELECT i.eligible_at FROM gd._instances i"
-            "             WHERE " PICKABLE " AND i.priority = p.priority AND i.eligible_at > now()"
-            "             ORDER BY i.eligible_at LIMIT 1))"
-            "  FROM firsts p",
-            1, types);
+            "             WHERE " PICKABLE " AND i.priority = p.priority AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)"
+            "               AND i.eligible_at > now()"
+            "             ORDER BY i.eligible_at, i.id LIMIT 1))"
+            "  FROM " MARKS,
+            5, types);
     }
-    Datum args[1] = {CStringGetTextDatum(queue)};
+    FrontierView view = frontier_to_pick(queue, false);
+    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(0), 0, 0, 0};
+    marks_arguments(view, args + 2);
     if (gd_execute_kept(due_plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: next-due query failed");
     bool isnull;

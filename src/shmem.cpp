@@ -50,13 +50,13 @@ void startup_shmem()
         for (WorkerSlot &slot : gd_shared->workers) {
             pg_atomic_init_u64(&slot.current_instance, 0);
             pg_atomic_init_u64(&slot.since, 0);
-            pg_atomic_init_u32(&slot.new_work, 0);
             pg_atomic_init_u64(&slot.cancel_step, 0);
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
         pg_atomic_init_u32(&gd_shared->worker_deaths, 0);
         pg_atomic_init_u32(&gd_shared->restart_now, 0);
         gd_stats_init(&gd_shared->stats);
+        gd_frontiers_init(gd_shared->frontiers);
         for (int i = 0; i < MaxBackends; i++)
             pg_atomic_init_u64(&gd_shared->await_slots[i].instance_id, 0);
     }

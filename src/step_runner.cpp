@@ -246,7 +246,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     round.rows = round_array<PickedInstance>(demand);
     gd_begin_transitions(round.written, Status::runnable, demand);
     round.count = drain != nullptr ? gd_pick_to_drain(queue, demand, round.rows, batch_context, *drain)
-                                   : gd_pick(queue, demand, round.rows, batch_context, slot);
+                                   : gd_pick(queue, demand, round.rows, batch_context);
     gd_count(StatEvent::pick);
     gd_count(StatEvent::pick_demand, static_cast<uint64>(demand));
     gd_count(StatEvent::pick_rows, static_cast<uint64>(round.count));

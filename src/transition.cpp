@@ -28,6 +28,25 @@ extern "C" {
 
 namespace {
 
+/* What a statement that made rows runnable returns, for wake_for_returned. */
+#define WOKEN_COLUMNS "i.queue, i.priority, i.eligible_at, i.id"
+
+/* Wake the queue of the r-th row returned (WOKEN_COLUMNS), at that row's key. */
+void wake_for_returned(uint64 r)
+{
+    HeapTuple row = SPI_tuptable->vals[r];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool isnull;
+    PickKey key{DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull)),
+                DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull)),
+                DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull))};
+    gd_wake_queue_at_commit(SPI_getvalue(row, desc, 1), &key);
+}
+
+} // namespace
+
+namespace {
+
 /* gd.outcome's columns, in order. */
 enum OutcomeColumn {
     OUTCOME_KIND = 1, OUTCOME_STEP, OUTCOME_STATE, OUTCOME_DELAY, OUTCOME_ERROR,
@@ -333,7 +352,7 @@ void prepare_plans()
                                       "       updated_at = clock_timestamp(),"
                                       "       finished_at = CASE WHEN $2 IN ('done', 'failed', 'cancelled')"
                                       "                          THEN clock_timestamp() END"
-                                      " WHERE id = $1 RETURNING queue",
+                                      " WHERE id = $1 RETURNING queue, priority, eligible_at, id",
                                       15, types);
     }
     Oid follow_up_types[2] = {INT8OID, JSONBOID};
@@ -428,7 +447,7 @@ void gd_write_transition(int64 id, const Transition &t)
         return;
     }
     if (t.moved && !t.external && t.status == Status::runnable)
-        gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)); /* not its executors' */
+        wake_for_returned(0); /* not its executors' */
     after_transition(id, t);
 }
 
@@ -541,12 +560,12 @@ int admit_gated(Oid owner, const char *key)
     if (gd_run_kept(admit_plan,
                     "UPDATE gd._instances i SET gated = false"
                     " WHERE i.id IN (SELECT gd._gated_best($1, $2, (gd._key_limit($2)).shared, $3))"
-                    " RETURNING i.queue",
+                    " RETURNING " WOKEN_COLUMNS,
                     {OIDOID, TEXTOID, INT4OID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: admitting instances under concurrency key \"%s\" failed", key);
     int admitted = static_cast<int>(SPI_processed);
     for (int i = 0; i < admitted; i++)
-        gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+        wake_for_returned(i);
     return admitted;
 }
 
@@ -586,11 +605,11 @@ GD_SQL_FUNCTION(gd_move_step)
                     "   SET (queue, home_queue) = (SELECT r.queue, r.home_queue"
                     "                                FROM gd._route($4, coalesce(i.home_queue, i.queue)) r)"
                     " WHERE i.fsm = $1 AND i.version = $2 AND i.step = $3 AND i.status IN ('runnable', 'executing')"
-                    " RETURNING i.queue",
+                    " RETURNING " WOKEN_COLUMNS,
                     {TEXTOID, INT4OID, TEXTOID, TEXTOID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: moving the instances at a step failed");
     for (uint64 r = 0; r < SPI_processed; r++)
-        gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1));
+        wake_for_returned(r);
     SPI_finish();
     PG_RETURN_VOID();
 }
@@ -636,11 +655,11 @@ void gd_resume_parked(int64 id, Datum resume)
             "       home_queue = (gd._route((SELECT queue FROM next), coalesce(i.home_queue, i.queue))).home_queue,"
             "       wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
             "       eligible_at = clock_timestamp(), updated_at = clock_timestamp()"
-            " WHERE i.id = $1 RETURNING i.queue",
+            " WHERE i.id = $1 RETURNING " WOKEN_COLUMNS,
         {INT8OID, JSONBOID}, args, false, 0);
     if (result != SPI_OK_UPDATE_RETURNING || SPI_processed != 1)
         elog(ERROR, "gen_durable: could not resume instance " INT64_FORMAT, id);
-    gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+    wake_for_returned(0);
     gd_wake_awaiters_at_commit(id);
 }
 
@@ -707,12 +726,12 @@ GD_SQL_FUNCTION(gd_revive)
                     "       gated = gd._must_gate(i.owner, i.concurrency_key),"
                     "       eligible_at = clock_timestamp(), updated_at = clock_timestamp()"
                     " WHERE i.id = $2 AND i.status = 'failed' AND gd._may_use_instance($1, i.owner, i.fsm)"
-                    " RETURNING i.queue",
+                    " RETURNING " WOKEN_COLUMNS,
                     {OIDOID, INT8OID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: retrying instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
     bool revived = SPI_processed == 1;
     if (revived) {
-        gd_wake_queue_at_commit(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+        wake_for_returned(0);
         gd_wake_awaiters_at_commit(PG_GETARG_INT64(1));
     }
     SPI_finish();

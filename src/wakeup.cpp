@@ -49,7 +49,6 @@ void wake_queue_executors(const PendingWake &wake)
             if (woken >= wake.instances)
                 break;
             if (executor_of_this_database(slot) && slot.idle == want_idle && strcmp(slot.queue, wake.queue) == 0) {
-                pg_atomic_write_u32(&slot.new_work, 1); /* not the latch alone: a handler's wait may reset it */
                 SetLatch(&slot.proc->procLatch);
                 woken++;
             }
@@ -101,6 +100,7 @@ void on_transaction_end(XactEvent event, void *)
     switch (event) {
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
+        gd_frontier_transaction_end(true); /* before the wake-ups: the woken pick from the lowered marks */
         if (gd_shared == nullptr)
             break;
         if (!pending_wakes.empty() || pending_database_wake || pending_reaper_wake)
@@ -111,6 +111,7 @@ void on_transaction_end(XactEvent event, void *)
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
     case XACT_EVENT_PREPARE: /* a prepared transaction's rows are found by the poll */
+        gd_frontier_transaction_end(false);
         break;
     default:
         return;
@@ -128,8 +129,9 @@ void gd_register_xact_callback()
     RegisterXactCallback(on_transaction_end, nullptr);
 }
 
-void gd_wake_queue_at_commit(const char *queue)
+void gd_wake_queue_at_commit(const char *queue, const PickKey *key)
 {
+    gd_frontier_announce_at_end(queue, false, key, false);
     for (PendingWake &wake : pending_wakes)
         if (strcmp(wake.queue, queue) == 0) {
             wake.instances++;
@@ -157,12 +159,20 @@ void gd_wake_awaiters_at_commit(int64 instance_id)
         gd::cpp_entry([&] { pending_awaited.push_back(instance_id); });
 }
 
-/* gd._wake_on_commit(queue text): the caller made a row of this queue runnable. */
+/*
+ * gd._wake_on_commit(queue text [, priority int, eligible_at timestamptz, id
+ * bigint]): the caller made a row of this queue runnable, at that key in the
+ * pick index (the lowest, for several rows) when it says.
+ */
 GD_SQL_FUNCTION(gd_wake_on_commit)
 {
     char queue[NAMEDATALEN];
     text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
-    gd_wake_queue_at_commit(queue);
+    PickKey key{};
+    bool keyed = PG_NARGS() == 4 && !PG_ARGISNULL(1) && !PG_ARGISNULL(2) && !PG_ARGISNULL(3);
+    if (keyed)
+        key = PickKey{PG_GETARG_INT32(1), PG_GETARG_TIMESTAMPTZ(2), PG_GETARG_INT64(3)};
+    gd_wake_queue_at_commit(queue, keyed ? &key : nullptr);
     PG_RETURN_VOID();
 }
 

@@ -91,7 +91,7 @@ BEGIN
         RETURNING i.id INTO new_id;
         IF new_id IS NOT NULL THEN
             IF NOT must_wait THEN
-                PERFORM gd._wake_on_commit(route.queue);
+                PERFORM gd._wake_on_commit(route.queue, priority, run_at, new_id);
             END IF;
             RETURN new_id;
         END IF;
@@ -206,7 +206,7 @@ BEGIN
          ORDER BY x.n
         RETURNING i.id)
     SELECT array_agg(added.id ORDER BY added.id) INTO inserted FROM added;
-    PERFORM gd._wake_on_commit(route.queue) FROM unnest(inserted);
+    PERFORM gd._wake_on_commit(route.queue, 0, now(), added_id) FROM unnest(inserted) added_id;
     RETURN QUERY SELECT unnest(inserted);
 END $$;
 

@@ -723,6 +723,38 @@ def w6_horizon(admin, system):
     return rate, r
 
 
+def w7_horizon_for_minutes(res):
+    """W7 (test/bench/w7.py) for every system but the floor, at one rate all of them sustain."""
+    import w7
+    measured = [r[0] for s, r in res.get("w1", {}).items() if s != "floor"]
+    rate = float(os.environ.get("BENCH_W7_RATE") or (0.6 * min(measured) if measured else 1000))
+    clean, middle, recovery = w7.phases()
+    log(f"W7: {rate:,.0f} jobs/s for {clean}+{middle}+{recovery} s per scenario and system: the horizon held"
+        f" (an XID idle in transaction and {w7.READERS} REPEATABLE READ readers), then 1.5x the rate")
+    env = dict(os.environ, BENCH_HOST=HOST, BENCH_PORT=str(PORT), NODE_PATH=NODE_MODULES)
+    out = {}
+    admin = connect()
+    for s in SYSTEMS:
+        if s == "floor":
+            continue
+        for scenario in w7.scenarios():
+            reset(admin)
+            quiesce(admin)
+            log(f"    {LABELS[s]}, {scenario}:")
+            system = (w7.GdInDatabase(connect) if s == "gd"
+                      else w7.NodeSystem(s, queue_tables(admin, s), [NODE, PEERS_JS], env))
+            try:
+                out.setdefault(s, {})[scenario] = w7.run_scenario(system, scenario, rate, connect, log)
+            finally:
+                system.close()
+    admin.close()
+    plot = os.environ.get("BENCH_W7_PLOT")
+    if plot:
+        w7.plot({LABELS[s]: per for s, per in out.items()}, plot)
+        log(f"W7 plot: {plot}")
+    return out
+
+
 # ------------------------------------------------------------------ report
 
 def loadavg():
@@ -1104,6 +1136,9 @@ def main():
             if h:
                 log(f"      dead tuples {h['before']['dead_tuples']:,} -> {h['after']['dead_tuples']:,}, "
                     f"{h['before']['total_bytes'] / 2**20:.1f} -> {h['after']['total_bytes'] / 2**20:.1f} MiB")
+
+    if "w7" in WORKLOADS:
+        res["w7"] = w7_horizon_for_minutes(res)
 
     if w1 and fl and w3 and w2:
         report(info, w1, fl, w3, w2, diags)

@@ -36,13 +36,21 @@ SELECT gd._execute('picks', 4) AS round_3;
 SELECT string_agg(n, ', ' ORDER BY seq) AS run_order FROM t.pick_log;
 SELECT state->>'n' AS n, status FROM gd.instances WHERE fsm = 'picked' AND status <> 'done' ORDER BY id;
 
--- A scheduled row runs once due, alone in its priority.
-UPDATE gd._instances SET eligible_at = now() - interval '1 second' WHERE fsm = 'picked' AND state->>'n' = 'p3 +2h';
+-- A scheduled row runs once due, alone in its priority.  (Made due by hand,
+-- announced as the engine announces what it makes runnable: the queue's
+-- frontier would otherwise find it only at its next scan from the front.)
+CREATE FUNCTION t.make_due(n text) RETURNS void LANGUAGE sql AS $$
+    WITH due AS (UPDATE gd._instances SET eligible_at = now() - interval '1 second'
+                  WHERE fsm = 'picked' AND state->>'n' = make_due.n
+                  RETURNING queue, priority, eligible_at, id)
+    SELECT gd._wake_on_commit(queue, priority, eligible_at, id) FROM due
+$$;
+SELECT t.make_due('p3 +2h');
 SELECT gd._execute('picks', 4) AS round_4;
 SELECT n AS last_run FROM t.pick_log ORDER BY seq DESC LIMIT 1;
 
 -- A paused queue picks nothing, and its rows wait in their place.
-UPDATE gd._instances SET eligible_at = now() - interval '1 second' WHERE fsm = 'picked' AND state->>'n' = 'p-5 +1h';
+SELECT t.make_due('p-5 +1h');
 SELECT gd_pause('picks');
 SELECT gd._execute('picks', 4) AS while_paused;
 SELECT gd_resume('picks');

@@ -1,8 +1,9 @@
-# Pick order with the executor's resume point (src/picker.cpp): an executor
-# goes on after its previous full pick instead of rescanning the queue from
-# the front, but new work that sorts first (a higher priority) is picked as
-# soon as its commit wakes the executor, and a row left behind the resume
-# point without any wake-up is picked within the second-long restart.
+# Pick order with the queue's frontier (src/frontier.cpp): a pick starts at
+# each priority's mark instead of rescanning the queue from the front, but
+# new work that sorts first (a higher priority) is picked as soon as its
+# commit wakes the executor, and a row left behind the marks without any
+# announcement is picked by the scan from the front that comes about once a
+# second.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -40,7 +41,7 @@ my $overtaken = $node->safe_psql('postgres',
 cmp_ok($overtaken, '<=', 12,
 	"a higher priority is picked as soon as it is committed ($overtaken steps of the backlog ran before it)");
 
-# (b) A row made runnable behind the resume point by hand (no wake-up: a
+# (b) A row made runnable behind the marks by hand (no announcement: a
 # direct UPDATE; eligible as early as the backlog) is picked within about a
 # second, before the backlog ends.
 my $behind = $node->safe_psql('postgres', 'DELETE FROM ledger WHERE seq = 1 RETURNING instance_id');
@@ -48,10 +49,10 @@ $node->safe_psql('postgres', qq{
 	UPDATE gd._instances SET status = 'runnable', finished_at = NULL, result = NULL, eligible_at = created_at
 	 WHERE id = $behind});
 $node->poll_query_until('postgres', "SELECT count(*) = 1 FROM ledger WHERE instance_id = $behind")
-  or die 'the row behind the resume point never ran';
+  or die 'the row behind the marks never ran';
 my $left = $node->safe_psql('postgres',
 	q{SELECT count(*) FROM gd.instances WHERE fsm = 'ordered' AND status = 'runnable'});
-cmp_ok($left, '>', 0, "a row behind the resume point ran while $left of the backlog still waited");
+cmp_ok($left, '>', 0, "a row behind the marks ran while $left of the backlog still waited");
 
 $node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM gd.instances WHERE fsm = 'ordered' AND status <> 'done'})
   or die 'not all done';

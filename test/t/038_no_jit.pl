@@ -74,7 +74,7 @@ is($compiled, '', 'no statement of the engine on gd._instances was compiled by t
 # The executors' pick (of in-database steps) and gd_claim's (of external ones) were seen.
 my $seen = $node->safe_psql('postgres', q{
 	SELECT count(*) FILTER (WHERE query ~ 'NOT i\.external') || ' ' || count(*) FILTER (WHERE query !~ 'NOT i\.external')
-	  FROM pg_stat_statements WHERE query ~ 'WITH RECURSIVE firsts' AND query ~ 'SKIP LOCKED'});
+	  FROM pg_stat_statements WHERE query ~ 'unnest\(\$3::int4\[\]' AND query ~ 'SKIP LOCKED'});
 is($seen, '1 1', 'the pick and the claim were among the statements seen');
 
 $node->stop;

@@ -19,6 +19,9 @@
  *                       the last child is done (gen_durable: gd_spawn and its join;
  *                       the peers: a counter row the children decrement)
  *             backlog   enqueue N jobs due in a day (W5's waiting rows), no workers
+ *             steady    (W7) workers for w1 running; each line on stdin names how many
+ *                       jobs to enqueue now (payload {n, t: enqueue time}), answered by
+ *                       a line once enqueued; `stop` ends it
  *             work      (gdext only) W1's work alone: N ledger INSERTs from the
  *                       worker's lanes as its handler does them, no queue
  *
@@ -218,6 +221,13 @@ class GdExt {
     await c.end();
   }
 
+
+  async steady(k) {
+    this.client = this.client || await connect('client');
+    await this.client.query(`SELECT count(*) FROM gd_insert_all('x1', (SELECT jsonb_agg(jsonb_build_object('state',
+                               jsonb_build_object('n', g, 't', extract(epoch FROM clock_timestamp()))))
+                               FROM generate_series(1, $1::int) g))`, [k]);
+  }
   async w2(n) {
     const c = await connect('w2 client');
     const run = async (i) => {
@@ -302,6 +312,12 @@ class PgBossPeer {
     const name = { w1: 'w1', w3: 'w3a', backlog: 'w1' }[workload];
     const jobs = [];
     for (let i = 1; i <= n; i++) jobs.push(startAfter ? { name, data: { n: -i }, startAfter } : { name, data: { n: i } });
+    await this.boss.insert(jobs);
+  }
+
+  async steady(k) {
+    const t = Date.now() / 1000, jobs = [];
+    for (let i = 1; i <= k; i++) jobs.push({ name: 'w1', data: { n: i, t } });
     await this.boss.insert(jobs);
   }
 
@@ -396,6 +412,12 @@ class GraphilePeer {
     await this.utils.addJobs(specs);
   }
 
+  async steady(k) {
+    const t = Date.now() / 1000, specs = [];
+    for (let i = 1; i <= k; i++) specs.push({ identifier: 'w1', payload: { n: i, t } });
+    await this.utils.addJobs(specs);
+  }
+
   async w2(n) {
     const listener = new DoneListener();
     await listener.start();
@@ -461,6 +483,10 @@ class PgqPeer {
       await c.query('COMMIT');
     }
     if (!this.client) await c.end();
+  }
+
+  async steady(k) {
+    await this.client.query("SELECT count(pgq.insert_event('bench', 'w1', jsonb_build_object('n', g, 't', extract(epoch FROM clock_timestamp()))::text)) FROM generate_series(1, $1::int) g", [k]);
   }
 
   async w2(n) {
@@ -552,6 +578,20 @@ async function main() {
     return;
   }
 
+  if (WORKLOAD === 'steady') {
+    await p.startWorkers('w1');
+    if (SYSTEM === 'graphile') p.utils = await p.gw.makeWorkerUtils({ pgPool: p.pool });
+    out({ ready: true, knobs: KNOBS[SYSTEM], pid: process.pid });
+    const rl = readline.createInterface({ input: process.stdin });
+    for await (const line of rl) {
+      if (line === 'stop') break;
+      await p.steady(parseInt(line, 10));
+      out({ enqueued: parseInt(line, 10) });
+    }
+    if (p.client && SYSTEM === 'gdext') await p.client.end();
+    await p.stopWorkers();
+    return;
+  }
   await p.startWorkers(WORKLOAD === 'w2' ? 'w2' : WORKLOAD);
   const probe = await connect('probe');
   out({ ready: true, knobs: KNOBS[SYSTEM], pid: process.pid });

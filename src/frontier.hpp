@@ -1,0 +1,71 @@
+/*
+ * frontier.hpp — where each queue's runnable rows begin in its pick (or
+ * claim) index, shared by every backend that picks from it (frontier.cpp).
+ */
+#pragma once
+
+extern "C" {
+#include "postgres.h"
+#include "storage/s_lock.h"
+#include "utils/timestamp.h"
+}
+
+/* A row's place in the pick and claim indexes (after the queue). */
+struct PickKey {
+    int32 priority;
+    TimestampTz eligible_at;
+    int64 id;
+};
+
+bool gd_key_less(const PickKey &a, const PickKey &b);
+
+constexpr int GD_FRONTIER_PRIORITIES = 8; /* priorities a queue's frontier tracks before it gives up */
+constexpr int GD_FRONTIER_RING = 64;      /* recent announcements, to tell a pick what it may have missed */
+constexpr int GD_MAX_FRONTIERS = 128;     /* (database, queue, in-database or external) entries */
+
+/*
+ * One queue's frontier: for each priority in use, a key before which no
+ * unclaimed runnable row of that priority lies, so a pick starts there
+ * rather than at the front of the index, past the entries of rows already
+ * run (which stay until vacuum removes them: as long as the oldest
+ * snapshot needs them).  Announcements lower it; picks raise it.
+ */
+struct QueueFrontier {
+    slock_t mutex;
+    bool in_use;
+    bool external;
+    Oid database;
+    char queue[NAMEDATALEN];
+    bool known;              /* the marks hold: else the next pick scans from the front */
+    TimestampTz scanned_at;  /* the last scan from the front */
+    int64 scan_us;           /* how long it took */
+    int count;
+    PickKey marks[GD_FRONTIER_PRIORITIES]; /* by priority, ascending */
+    uint64 announced;        /* announcements so far; the last GD_FRONTIER_RING are in ring */
+    PickKey ring[GD_FRONTIER_RING];
+};
+
+/* What a pick starts from: its frontier's marks, or the front of the index. */
+struct FrontierView {
+    QueueFrontier *entry; /* nullptr: the table is full, scan from the front */
+    bool from_front;
+    int count;
+    PickKey *marks;   /* palloc'd: count keys, by priority */
+    uint64 announced; /* when the view was taken */
+};
+
+void gd_frontiers_init(QueueFrontier *frontiers);
+
+/* The frontier of this database's queue (in-database steps, or external ones) to pick from. */
+FrontierView gd_frontier_view(const char *queue, bool external);
+/* A scan from the front, begun at scan_started, found these keys: the first row of each priority (ascending). */
+void gd_frontier_found(const FrontierView &view, const PickKey *firsts, int count, TimestampTz scan_started);
+/* A pick from the view locked rows up to last[i] in the priority of last[i] (one per priority, ascending). */
+void gd_frontier_passed(const FrontierView &view, const PickKey *last, int count);
+
+/* Rows of the queue at `key` or after may be runnable and unclaimed (nullptr: anywhere) — now, in shared memory. */
+void gd_frontier_announce(Oid database, const char *queue, bool external, const PickKey *key);
+/* The same, at the end of this transaction: at commit only, or whether it commits or aborts. */
+void gd_frontier_announce_at_end(const char *queue, bool external, const PickKey *key, bool also_on_abort);
+/* Called by wakeup.cpp's transaction callback before it wakes anyone. */
+void gd_frontier_transaction_end(bool committed);
