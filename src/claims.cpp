@@ -443,7 +443,7 @@ TimestampTz gd_expire_leases(int batch)
                              "SELECT least((SELECT min(i.lease_expires_at) FROM gd._instances i"
                              "               WHERE i.status = 'executing' AND i.lease_expires_at >= now()),"
                              "             (SELECT min(i.eligible_at) FROM gd._instances i"
-                             "               WHERE i.status = 'runnable' AND i.external"
+                             "               WHERE i.status = 'runnable' AND i.external AND i.lease_owner IS NULL"
                              "                 AND i.eligible_at > i.updated_at AND i.eligible_at > now()))",
                              {}, nullptr, false, 1); /* a new snapshot: leases claimed since the round began */
     if (result != SPI_OK_SELECT || SPI_processed != 1)

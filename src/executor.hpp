@@ -54,14 +54,15 @@ struct PickedInstance {
     Oid owner;             /* the FSM's owner: whose key spaces the instance's keys are in */
     TimestampTz updated_at; /* the row's version: a crashed step's note names it */
     int32 priority;
+    TimestampTz eligible_at;
     const char *queue;     /* where the current step runs (not among GD_INSTANCE_COLUMNS: its reader knows) */
 };
 
 /* The columns gd_read_instance reads, in its order, for queries on gd._instances i. */
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
-    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 15;
+    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority, i.eligible_at"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 16;
 
 /* The engine's own statements (kept_plans.cpp): prepare one once (a kept,
  * generic plan), and run it as SPI_execute_plan would, planned for the indexes. */

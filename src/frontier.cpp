@@ -46,25 +46,29 @@ struct Lock {
     QueueFrontier *frontier;
 };
 
-QueueFrontier *find(Oid database, const char *queue, bool external, bool create)
+bool of_queue(const QueueFrontier &f, Oid database, const char *queue, bool external)
+{
+    return f.in_use && f.database == database && f.external == external && strcmp(f.queue, queue) == 0;
+}
+
+/* The frontier of (database, queue, external, scope), made if missing and there is room; nullptr if not. */
+QueueFrontier *find_or_make(Oid database, const char *queue, bool external, uint32 scope)
 {
     QueueFrontier *frontiers = gd_shared->frontiers;
     LWLockAcquire(gd_shared->lock, LW_SHARED);
     for (int i = 0; i < GD_MAX_FRONTIERS; i++) {
         QueueFrontier &f = frontiers[i];
-        if (f.in_use && f.database == database && f.external == external && strcmp(f.queue, queue) == 0) {
+        if (of_queue(f, database, queue, external) && f.scope == scope) {
             LWLockRelease(gd_shared->lock);
             return &f;
         }
     }
     LWLockRelease(gd_shared->lock);
-    if (!create)
-        return nullptr;
     LWLockAcquire(gd_shared->lock, LW_EXCLUSIVE);
     QueueFrontier *found = nullptr, *free_entry = nullptr;
     for (int i = 0; i < GD_MAX_FRONTIERS && found == nullptr; i++) {
         QueueFrontier &f = frontiers[i];
-        if (f.in_use && f.database == database && f.external == external && strcmp(f.queue, queue) == 0)
+        if (of_queue(f, database, queue, external) && f.scope == scope)
             found = &f;
         else if (!f.in_use && free_entry == nullptr)
             free_entry = &f;
@@ -74,6 +78,7 @@ QueueFrontier *find(Oid database, const char *queue, bool external, bool create)
         free_entry->in_use = true;
         free_entry->database = database;
         free_entry->external = external;
+        free_entry->scope = scope;
         strlcpy(free_entry->queue, queue, sizeof(free_entry->queue));
         free_entry->known = false;
         free_entry->scan_us = 0;
@@ -151,10 +156,10 @@ void gd_frontiers_init(QueueFrontier *frontiers)
     }
 }
 
-FrontierView gd_frontier_view(const char *queue, bool external)
+FrontierView gd_frontier_view(const char *queue, bool external, uint32 scope)
 {
     FrontierView view{};
-    view.entry = find(MyDatabaseId, queue, external, true);
+    view.entry = find_or_make(MyDatabaseId, queue, external, scope);
     view.from_front = true;
     view.marks = static_cast<PickKey *>(palloc(sizeof(PickKey) * GD_FRONTIER_PRIORITIES));
     if (view.entry == nullptr)
@@ -227,18 +232,22 @@ void gd_frontier_passed(const FrontierView &view, const PickKey *last, int count
 
 void gd_frontier_announce(Oid database, const char *queue, bool external, const PickKey *key)
 {
-    QueueFrontier *entry = find(database, queue, external, false);
-    if (entry == nullptr)
-        return; /* no frontier yet: its first pick scans from the front */
-    Lock lock(entry);
-    QueueFrontier &f = *entry;
-    if (key == nullptr || !lower(f, *key)) {
-        f.known = false;
-        f.announced += GD_FRONTIER_RING + 1; /* picks under way cannot tell what they missed */
-        return;
+    /* A queue without a frontier yet has nothing to lower: its first pick scans from the front. */
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    for (int i = 0; i < GD_MAX_FRONTIERS; i++) {
+        QueueFrontier &f = gd_shared->frontiers[i];
+        if (!of_queue(f, database, queue, external))
+            continue;
+        Lock lock(&f);
+        if (key == nullptr || !lower(f, *key)) {
+            f.known = false;
+            f.announced += GD_FRONTIER_RING + 1; /* picks under way cannot tell what they missed */
+        } else {
+            f.ring[f.announced % GD_FRONTIER_RING] = *key;
+            f.announced++;
+        }
     }
-    f.ring[f.announced % GD_FRONTIER_RING] = *key;
-    f.announced++;
+    LWLockRelease(gd_shared->lock);
 }
 
 void gd_frontier_announce_at_end(const char *queue, bool external, const PickKey *key, bool also_on_abort)

@@ -36,6 +36,7 @@ struct QueueFrontier {
     bool external;
     Oid database;
     char queue[NAMEDATALEN];
+    uint32 scope;            /* which FSMs' rows: 0 all of them, else a hash of the FSM names (a claim's) */
     bool known;              /* the marks hold: else the next pick scans from the front */
     TimestampTz scanned_at;  /* the last scan from the front */
     int64 scan_us;           /* how long it took */
@@ -56,14 +57,18 @@ struct FrontierView {
 
 void gd_frontiers_init(QueueFrontier *frontiers);
 
-/* The frontier of this database's queue (in-database steps, or external ones) to pick from. */
-FrontierView gd_frontier_view(const char *queue, bool external);
+/* The frontier of this database's queue (in-database steps, or external
+ * ones) to pick from: of every row (scope 0), or of the rows of some FSMs
+ * only (a claim of the FSMs a worker may use passes the others' rows by:
+ * their pickers have frontiers of their own). */
+FrontierView gd_frontier_view(const char *queue, bool external, uint32 scope = 0);
 /* A scan from the front, begun at scan_started, found these keys: the first row of each priority (ascending). */
 void gd_frontier_found(const FrontierView &view, const PickKey *firsts, int count, TimestampTz scan_started);
 /* A pick from the view locked rows up to last[i] in the priority of last[i] (one per priority, ascending). */
 void gd_frontier_passed(const FrontierView &view, const PickKey *last, int count);
 
-/* Rows of the queue at `key` or after may be runnable and unclaimed (nullptr: anywhere) — now, in shared memory. */
+/* Rows of the queue at `key` or after may be runnable and unclaimed (nullptr: anywhere) — now, in shared
+ * memory, in each of the queue's frontiers, whatever their scope. */
 void gd_frontier_announce(Oid database, const char *queue, bool external, const PickKey *key);
 /* The same, at the end of this transaction: at commit only, or whether it commits or aborts. */
 void gd_frontier_announce_at_end(const char *queue, bool external, const PickKey *key, bool also_on_abort);

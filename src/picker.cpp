@@ -17,6 +17,7 @@
 #include "frontier.hpp"
 
 extern "C" {
+#include "common/hashfn.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 }
@@ -52,6 +53,7 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.owner = DatumGetObjectId(SPI_getbinval(tuple, desc, 13, &isnull));
     row.updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 14, &isnull));
     row.priority = DatumGetInt32(SPI_getbinval(tuple, desc, 15, &isnull));
+    row.eligible_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 16, &isnull));
 }
 
 namespace {
@@ -85,7 +87,7 @@ namespace {
  * nothing. */
 #define DUE_ROWS(rows, also)                                                                                   \
     "SELECT r.* FROM " MARKS " CROSS JOIN LATERAL ("                                                           \
-    "  SELECT " GD_INSTANCE_COLUMNS ", i.eligible_at FROM gd._instances i"                          \
+    "  SELECT " GD_INSTANCE_COLUMNS " FROM gd._instances i"                          \
     "   WHERE " rows " AND i.priority = p.priority AND i.eligible_at <= now()"                                  \
     "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)" also                                              \
     "   ORDER BY i.eligible_at, i.id"                                                                          \
@@ -110,11 +112,19 @@ void marks_arguments(const FrontierView &view, Datum *args)
     args[2] = PointerGetDatum(construct_array(ids, view.count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
+/* The scope of a claim frontier of the FSMs named in `usable` (a text[]): never 0, the scope of all. */
+uint32 fsms_scope(Datum usable)
+{
+    ArrayType *names = DatumGetArrayTypeP(usable);
+    uint32 hash = DatumGetUInt32(hash_any(reinterpret_cast<const unsigned char *>(names), VARSIZE(names)));
+    return hash == 0 ? 1 : hash;
+}
+
 /* The queue's frontier to pick from: when it must be found from the front, found now. */
-FrontierView frontier_to_pick(const char *queue, bool external)
+FrontierView frontier_to_pick(const char *queue, bool external, uint32 scope = 0)
 {
     static SPIPlanPtr pick_firsts_plan = nullptr, claim_firsts_plan = nullptr;
-    FrontierView view = gd_frontier_view(queue, external);
+    FrontierView view = gd_frontier_view(queue, external, scope);
     if (!view.from_front)
         return view;
     SPIPlanPtr &plan = external ? claim_firsts_plan : pick_firsts_plan;
@@ -144,26 +154,18 @@ FrontierView frontier_to_pick(const char *queue, bool external)
 }
 
 /*
- * After a pick from `view` locked `count` rows (SPI_tuptable, the rows'
- * eligible_at after the instance columns), ascending: raise each priority's
- * mark past its last row, unless `may_raise` is false (the pick skipped rows
- * it was not to take), and announce each priority's first row at the end of
- * the transaction — on abort they are given back, and at commit some may
+ * After a pick from `view` locked `rows` (ascending): raise each priority's
+ * mark past its last row, and announce each priority's first row at the end
+ * of the transaction — on abort they are given back, and at commit some may
  * still be runnable.
  */
-void account_for_pick(const FrontierView &view, const char *queue, bool external, uint64 count, bool may_raise)
+void account_for_pick(const FrontierView &view, const char *queue, bool external, const PickedInstance *rows,
+                      int count)
 {
-    TupleDesc desc = SPI_tuptable->tupdesc;
-    auto key_of = [desc](HeapTuple row) {
-        bool isnull;
-        return PickKey{DatumGetInt32(SPI_getbinval(row, desc, GD_INSTANCE_COLUMN_COUNT, &isnull)),
-                       DatumGetTimestampTz(SPI_getbinval(row, desc, GD_INSTANCE_COLUMN_COUNT + 1, &isnull)),
-                       DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull))};
-    };
     PickKey *last = static_cast<PickKey *>(palloc(sizeof(PickKey) * Max(count, 1)));
     int priorities = 0;
-    for (uint64 i = 0; i < count; i++) {
-        PickKey key = key_of(SPI_tuptable->vals[i]);
+    for (int i = 0; i < count; i++) {
+        PickKey key{rows[i].priority, rows[i].eligible_at, rows[i].id};
         if (priorities > 0 && last[priorities - 1].priority == key.priority) {
             last[priorities - 1] = key;
         } else {
@@ -171,8 +173,7 @@ void account_for_pick(const FrontierView &view, const char *queue, bool external
             last[priorities++] = key;
         }
     }
-    if (may_raise)
-        gd_frontier_passed(view, last, priorities);
+    gd_frontier_passed(view, last, priorities);
 }
 
 /* Copy a pick's rows out of SPI memory, which does not outlive this round's SPI connection. */
@@ -209,11 +210,9 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     FrontierView view = frontier_to_pick(queue, false);
     Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0};
     marks_arguments(view, args + 2);
-    int result = gd_execute_kept(pick_plan, args, nullptr, false, 0);
-    if (result != SPI_OK_SELECT)
-        elog(ERROR, "gen_durable: pick failed");
-    account_for_pick(view, queue, false, SPI_processed, true);
-    return take_locked_rows(result, out, into, queue);
+    int count = take_locked_rows(gd_execute_kept(pick_plan, args, nullptr, false, 0), out, into, queue);
+    account_for_pick(view, queue, false, out, count);
+    return count;
 }
 
 int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryContext into, const DrainScope &scope)
@@ -241,16 +240,15 @@ int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance 
         Oid types[6] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID};
         claim_plan = gd_prepare_kept(DUE_ROWS(CLAIMABLE, " AND ($6::text[] IS NULL OR i.fsm = ANY ($6))"), 6, types);
     }
-    FrontierView view = frontier_to_pick(queue, true);
+    /* A worker that may claim only some FSMs' steps passes the others' rows by: the frontier of
+     * those FSMs is its own (a grant changes the set, and so the frontier). */
+    FrontierView view = frontier_to_pick(queue, true, usable == 0 ? 0 : fsms_scope(usable));
     Datum args[6] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0, usable};
     marks_arguments(view, args + 2);
     const char nulls[6] = {' ', ' ', ' ', ' ', ' ', usable == 0 ? 'n' : ' '};
-    int result = gd_execute_kept(claim_plan, args, nulls, false, 0);
-    if (result != SPI_OK_SELECT)
-        elog(ERROR, "gen_durable: claim failed");
-    /* Rows of FSMs this worker may not run stay behind for others: the marks stay before them. */
-    account_for_pick(view, queue, true, SPI_processed, usable == 0);
-    return take_locked_rows(result, out, into, queue);
+    int count = take_locked_rows(gd_execute_kept(claim_plan, args, nulls, false, 0), out, into, queue);
+    account_for_pick(view, queue, true, out, count);
+    return count;
 }
 
 TimestampTz gd_next_due(const char *queue)

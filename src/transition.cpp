@@ -224,6 +224,11 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         } else {
             t.moved = def.queue[0] != '\0';
         }
+        /* From one in-database step straight to the next in the same queue, the
+         * row keeps its place: every indexed column stays as it was, so the
+         * update can be HOT (no new index entries, none left for vacuum). */
+        if (delay_us == 0 && !t.external && !t.moved && def.handler != InvalidOid)
+            t.eligible_at = row.eligible_at;
         return t;
     }
     if (strcmp(kind, "retry") == 0) {

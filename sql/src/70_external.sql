@@ -22,14 +22,16 @@ CREATE SEQUENCE IF NOT EXISTS gd._lease_tokens;
 CREATE INDEX IF NOT EXISTS instances_claim ON gd._instances (queue, priority, eligible_at, id)
     WHERE status = 'runnable' AND external AND NOT gated;
 -- The reaper: leases soonest to expire, and external work soonest to come
--- due.  Only work scheduled past its last change is the reaper's to announce
--- (work eligible by then was announced at that change's commit); and a
--- claim, which does not ask for that, cannot be planned on this index (from
--- an empty table's statistics the planner read a claim's whole backlog
--- through it, and sorted it).
+-- due (only work scheduled past its last change is the reaper's to
+-- announce: work eligible by then was announced at that change's commit).
+-- The predicate names lease_owner, which a claim never does, so a claim
+-- cannot be planned on this index (from an empty table's statistics the
+-- planner read a claim's whole backlog through it, and sorted it); and not
+-- updated_at, which every transition writes: an indexed column there would
+-- make no update of an instance HOT.
 CREATE INDEX IF NOT EXISTS instances_lease ON gd._instances (lease_expires_at) WHERE status = 'executing';
 CREATE INDEX IF NOT EXISTS instances_external_due ON gd._instances (eligible_at)
-    WHERE status = 'runnable' AND external AND eligible_at > updated_at;
+    WHERE status = 'runnable' AND external AND lease_owner IS NULL;
 
 -- Up to when the reaper has announced scheduled external work (one row).
 CREATE TABLE IF NOT EXISTS gd._external_due_announced (until timestamptz NOT NULL);
@@ -117,7 +119,8 @@ BEGIN
         PERFORM gd._bad_argument(format('max must be between 1 and 1000, got %s', coalesce(claim_max::text, 'NULL')));
     END IF;
     IF NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller) THEN
-        usable := ARRAY(SELECT DISTINCT f.name FROM gd._fsms f WHERE gd._may_use(caller, f.name));
+        -- (Sorted: the set names the claim frontier these claims share, src/picker.cpp.)
+        usable := ARRAY(SELECT DISTINCT f.name FROM gd._fsms f WHERE gd._may_use(caller, f.name) ORDER BY 1);
     END IF;
     RETURN QUERY SELECT * FROM gd._claim_steps(claim_queue, claim_worker, claim_max, lease_length, usable);
 END $$;
@@ -201,7 +204,7 @@ BEGIN
     -- once only announce a queue twice.
     SELECT a.until INTO since FROM gd._external_due_announced a;
     SELECT array_agg(DISTINCT i.queue) INTO due_queues FROM gd._instances i
-     WHERE i.status = 'runnable' AND i.external AND i.eligible_at > i.updated_at
+     WHERE i.status = 'runnable' AND i.external AND i.lease_owner IS NULL AND i.eligible_at > i.updated_at
        AND i.eligible_at > since - interval '1 second' AND i.eligible_at <= now();
     IF due_queues IS NOT NULL THEN
         PERFORM gd._notify_work_on_commit(q) FROM unnest(due_queues) q;

@@ -75,6 +75,7 @@ BEGIN
 END $$;
 ALTER TABLE gd._instances ALTER COLUMN owner SET NOT NULL;
 DROP INDEX gd.instances_correlation, gd.instances_key_running, gd.instances_key_gated;   -- made again, with the owner
+DROP INDEX gd.instances_external_due;   -- made again without updated_at in its predicate
 
 -- Limits: per owner unless shared.  Token buckets start full again, in the
 -- key space of each owner.

@@ -46,16 +46,20 @@ FLOOR_BATCH = 64           # matches gen_durable.batch_size's default
 N_W4 = int(os.environ.get("BENCH_FANOUT_CHILDREN", "10000"))
 N_BACKLOG = int(os.environ.get("BENCH_BACKLOG", "200000"))  # the issue says 1,000,000: see run.sh
 N_LAT_BACKLOG = max(N_LAT // 4, 20)  # W5's latency: W2 one at a time with the backlog still waiting
-SYSTEMS = [s for s in os.environ.get("BENCH_SYSTEMS", "gd,gdext,pgboss,graphile,pgq,floor").split(",") if s]
+SYSTEMS = [s for s in os.environ.get("BENCH_SYSTEMS", "gd,gdext,pgboss,graphile,pgq,dbos,floor").split(",") if s]
 WORKLOADS = [w for w in os.environ.get("BENCH_WORKLOADS", "w1,w3,w4,w2,w5,w6").split(",") if w]
-PEERS = ("pgboss", "graphile", "pgq")
+PEERS = ("pgboss", "graphile", "pgq", "dbos")
+# Where the bench's own tables hold a system's queue (DBOS keeps its workflows in a database of its
+# own): the workloads that read them (W5's backlog, W6 and W7's table figures) skip the others.
+IN_BENCH_DATABASE = ("gd", "gdext", "pgboss", "graphile", "pgq", "floor")
 NODE = os.environ.get("BENCH_NODE", "node")
 NODE_MODULES = os.environ.get("BENCH_NODE_MODULES", "/var/cache/gd-bench/node_modules")
 PEERS_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node", "peers.js")
 NODE_VERSION = os.environ.get("BENCH_NODE_VERSION", "?")
 PEER_VERSIONS = {"pgboss": os.environ.get("BENCH_PGBOSS_VERSION", ""),
                  "graphile": os.environ.get("BENCH_GRAPHILE_VERSION", ""),
-                 "pgq": os.environ.get("BENCH_PGQ_VERSION", "")}
+                 "pgq": os.environ.get("BENCH_PGQ_VERSION", ""),
+                 "dbos": os.environ.get("BENCH_DBOS_VERSION", "")}
 
 TICK = os.sysconf("SC_CLK_TCK")
 NPROC = os.cpu_count() or 1
@@ -723,10 +727,56 @@ def w6_horizon(admin, system):
     return rate, r
 
 
+def w8_growth():
+    """W8: W1 and W2 of gen_durable (in-db, and external when measured) with 0, 1,000,000 and
+    10,000,000 finished instances not yet swept (BENCH_W8_SIZES) plus 1,000,000 scheduled in each
+    path's queue (BENCH_W8_SCHEDULED): what one step costs as the table grows."""
+    sizes = [int(x) for x in os.environ.get("BENCH_W8_SIZES", "0,1000000,10000000").split(",")]
+    scheduled = int(os.environ.get("BENCH_W8_SCHEDULED", "1000000"))
+    paths = [s for s in ("gd", "gdext") if s in SYSTEMS]
+    admin = connect()
+    reset(admin)
+    t = time.monotonic()
+    for s in paths:
+        waiting_id = one(admin, "SELECT gd_insert(%s, '{\"backlog\": true}', schedule_in => '1 day')",
+                         ("w1" if s == "gd" else "x1",))
+        gd_clone(admin, waiting_id, scheduled - 1)
+    finished_template = one(admin, "SELECT gd_insert('w2', '{\"backlog\": true}')")
+    if one(admin, "SELECT status FROM gd_await(%s, '30s')", (finished_template,)) != "done":
+        raise SystemExit("bench: W8: the finished-row template did not finish")
+    log(f"    {scheduled:,} scheduled per path ready in {time.monotonic() - t:.0f} s")
+    finished = 1
+    out = []
+    for size in sizes:
+        if size > finished:
+            t = time.monotonic()
+            gd_clone(admin, finished_template, size - finished)
+            finished = size
+            log(f"    {size:,} finished rows ready ({time.monotonic() - t:.0f} s)")
+        row = {"finished": size, "scheduled": scheduled,
+               "table_mib": one(admin, "SELECT pg_total_relation_size('gd._instances')") / 2**20}
+        for s in paths:
+            # Each W1 counts its own instances: the previous run's are deleted (not the finished backlog).
+            admin.execute("DELETE FROM gd._instances WHERE fsm IN ('w1', 'x1') AND status = 'done'")
+            if s == "gd":
+                r = gd_throughput(admin, "w1", N_JOBS, 1, "bench.w1_ledger")
+                row[s] = {"w1_per_s": r["instances_per_s"], "cpu_us_per_step": r["cpu_us_per_step"],
+                          "w2_ms": latency(admin, N_LAT)["insert_await_ms"]}
+            else:
+                r = node_throughput(admin, s, "w1", N_JOBS)
+                row[s] = {"w1_per_s": r["per_s"], "w2_ms": node_latency(admin, s, N_LAT, fresh=False)["insert_await_ms"]}
+            log(f"    {LABELS[s]}, {size:,} finished: W1 {row[s]['w1_per_s']:,.0f} jobs/s, W2 p50"
+                f" {row[s]['w2_ms']['p50']:.2f} ms p99 {row[s]['w2_ms']['p99']:.2f} ms ({row['table_mib']:,.0f} MiB)")
+        out.append(row)
+    reset(admin)
+    admin.close()
+    return out
+
+
 def w7_horizon_for_minutes(res):
     """W7 (test/bench/w7.py) for every system but the floor, at one rate all of them sustain."""
     import w7
-    measured = [r[0] for s, r in res.get("w1", {}).items() if s != "floor"]
+    measured = [r[0] for s, r in res.get("w1", {}).items() if s != "floor" and s in IN_BENCH_DATABASE]
     rate = float(os.environ.get("BENCH_W7_RATE") or (0.6 * min(measured) if measured else 1000))
     clean, middle, recovery = w7.phases()
     log(f"W7: {rate:,.0f} jobs/s for {clean}+{middle}+{recovery} s per scenario and system: the horizon held"
@@ -734,8 +784,13 @@ def w7_horizon_for_minutes(res):
     env = dict(os.environ, BENCH_HOST=HOST, BENCH_PORT=str(PORT), NODE_PATH=NODE_MODULES)
     out = {}
     admin = connect()
+    # Finished instances are swept after a minute here (the default keeps them a day), as graphile-worker
+    # deletes a job at completion: the queue tables' size is then the dead rows', not the history's.
+    admin.execute("ALTER SYSTEM SET gen_durable.retention = '60s'")
+    admin.execute("ALTER SYSTEM SET gen_durable.gc_interval = '10s'")
+    admin.execute("SELECT pg_reload_conf()")
     for s in SYSTEMS:
-        if s == "floor":
+        if s == "floor" or s not in IN_BENCH_DATABASE:
             continue
         for scenario in w7.scenarios():
             reset(admin)
@@ -747,7 +802,11 @@ def w7_horizon_for_minutes(res):
                 out.setdefault(s, {})[scenario] = w7.run_scenario(system, scenario, rate, connect, log)
             finally:
                 system.close()
+    admin.execute("ALTER SYSTEM RESET gen_durable.retention")
+    admin.execute("ALTER SYSTEM RESET gen_durable.gc_interval")
+    admin.execute("SELECT pg_reload_conf()")
     admin.close()
+    w7.print_summary(w7.summarize({LABELS[s]: per for s, per in out.items()}), log)
     plot = os.environ.get("BENCH_W7_PLOT")
     if plot:
         w7.plot({LABELS[s]: per for s, per in out.items()}, plot)
@@ -874,7 +933,7 @@ def report(info, w1, fl, w3, w2, diags):
 
 
 LABELS = {"gd": "gen_durable in-db", "gdext": "gen_durable ext", "pgboss": "pg-boss",
-          "graphile": "graphile-worker", "pgq": "PgQ", "floor": "SKIP LOCKED floor"}
+          "graphile": "graphile-worker", "pgq": "PgQ", "dbos": "DBOS", "floor": "SKIP LOCKED floor"}
 GD_SYSTEMS = ("gd", "gdext")
 
 
@@ -1050,7 +1109,7 @@ def main():
     admin = connect()
     info = machine_info(admin)
     warm_up(admin)
-    for s in ("pgboss", "graphile"):
+    for s in ("pgboss", "graphile", "dbos"):
         if s in SYSTEMS:
             node_setup(s)
     res = {}
@@ -1123,13 +1182,13 @@ def main():
 
     if "w5" in WORKLOADS:
         log(f"W5: W1 with {N_BACKLOG:,} jobs already waiting (due in a day); gen_durable also {N_BACKLOG:,} finished rows")
-        for s in SYSTEMS:
+        for s in [s for s in SYSTEMS if s in IN_BENCH_DATABASE]:
             rate, r = w5_backlog(admin, s)
             record("w5", s, rate, r)
 
     if "w6" in WORKLOADS:
         log("W6: W1 while another session holds a REPEATABLE READ snapshot open for the whole run")
-        for s in SYSTEMS:
+        for s in [s for s in SYSTEMS if s in IN_BENCH_DATABASE]:
             rate, r = w6_horizon(admin, s)
             record("w6", s, rate, r)
             h = r.get("horizon") or {}
@@ -1139,6 +1198,10 @@ def main():
 
     if "w7" in WORKLOADS:
         res["w7"] = w7_horizon_for_minutes(res)
+
+    if "w8" in WORKLOADS:
+        log("W8: W1 and W2 as the table grows (finished rows not yet swept, plus scheduled ones)")
+        res["w8"] = w8_growth()
 
     if w1 and fl and w3 and w2:
         report(info, w1, fl, w3, w2, diags)

@@ -3,7 +3,7 @@
 # test/scripts/bootstrap.sh:
 #
 #   bench_peers_install   PgQ from Debian (postgresql-15-pgq3), Node.js when there
-#                         is none (Debian's), and graphile-worker, pg-boss and pg
+#                         is none (Debian's), and graphile-worker, pg-boss, DBOS Transact and pg
 #                         from npm, pinned by test/bench/node/package-lock.json,
 #                         into $BENCH_NODE_CACHE (default /var/cache/gd-bench; npm
 #                         runs again only when the lock file changed); exports
@@ -33,18 +33,19 @@ bench_peers_install() {
     mkdir -p "$cache"
     if [[ ! -d $cache/node_modules/graphile-worker || ! -d $cache/node_modules/pg-boss ]] ||
         ! cmp -s "$BENCH_DIR/node/package-lock.json" "$cache/package-lock.json"; then
-        gd_log "installing graphile-worker, pg-boss and pg from npm into $cache"
+        gd_log "installing graphile-worker, pg-boss, DBOS Transact and pg from npm into $cache"
         cp "$BENCH_DIR/node/package.json" "$BENCH_DIR/node/package-lock.json" "$cache/"
         (cd "$cache" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
         cp "$BENCH_DIR/node/package-lock.json" "$cache/package-lock.json" # npm may rewrite it
     fi
     export BENCH_NODE_MODULES=$cache/node_modules
-    export BENCH_NODE_VERSION BENCH_PGBOSS_VERSION BENCH_GRAPHILE_VERSION BENCH_PGQ_VERSION
+    export BENCH_NODE_VERSION BENCH_PGBOSS_VERSION BENCH_GRAPHILE_VERSION BENCH_PGQ_VERSION BENCH_DBOS_VERSION
     BENCH_NODE_VERSION=$(node --version)
     BENCH_PGBOSS_VERSION=$(node -p "require('$cache/node_modules/pg-boss/package.json').version")
     BENCH_GRAPHILE_VERSION=$(node -p "require('$cache/node_modules/graphile-worker/package.json').version")
+    BENCH_DBOS_VERSION=$(node -p "require('$cache/node_modules/@dbos-inc/dbos-sdk/package.json').version")
     BENCH_PGQ_VERSION=$(dpkg-query -W -f='${Version}' postgresql-15-pgq3)
-    gd_log "peers: pg-boss $BENCH_PGBOSS_VERSION, graphile-worker $BENCH_GRAPHILE_VERSION, PgQ $BENCH_PGQ_VERSION, Node.js $BENCH_NODE_VERSION"
+    gd_log "peers: pg-boss $BENCH_PGBOSS_VERSION, graphile-worker $BENCH_GRAPHILE_VERSION, DBOS Transact $BENCH_DBOS_VERSION, PgQ $BENCH_PGQ_VERSION, Node.js $BENCH_NODE_VERSION"
 }
 
 bench_peers_schema() {

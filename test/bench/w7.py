@@ -9,15 +9,21 @@ scenarios (BENCH_W7_SCENARIOS, default hold,overload) of three phases each
             scanning the queue tables in a loop; then recovery
   overload  clean; then 1.5x the rate (producers outpacing workers); then
             the rate again, the backlog draining
+  chaos     (W9, BENCH_W7_SCENARIOS=chaos) clean; then pg_terminate_backend of a
+            random engine executor twice a second, and at its end of every
+            connection of the system's own workers once; then recovery.  The
+            ledger says how many jobs had their effect, and how many twice
 
 Per 10 s bucket: arrivals, completions, insert-to-done p50/p99, backlog, dead
-tuples and size of the queue tables, and the top wait events of the system's
+tuples and size of the queue tables, how busy the machine was (the readers'
+scans grow with the tables), and the top wait events of the system's
 backends.  Jobs carry their enqueue time ({"t": epoch seconds}); the ledger
 row the job writes carries the completion time, so latency is measured from
 the same clock at both ends.  The figures go to the report and, when
 BENCH_W7_PLOT names a file, to a PNG (one panel per metric, a line per system).
 """
 import os
+import random
 import subprocess
 import threading
 import time
@@ -107,8 +113,15 @@ class Ledger:
 
     def __init__(self, conn, table):
         self.conn, self.table = conn, table
-        self.last_id = one(conn, f"SELECT coalesce(max(id), 0) FROM {table}")
+        self.last_id = self.first_id = one(conn, f"SELECT coalesce(max(id), 0) FROM {table}")
         self.done = 0
+
+    def effects(self):
+        """(jobs with an effect, jobs with more than one) since the start: job_id names the instance."""
+        return self.conn.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE n > 1)"
+            f"  FROM (SELECT job_id, count(*) AS n FROM {self.table} WHERE id > %s GROUP BY job_id) j",
+            (self.first_id,)).fetchone()
 
     def take(self):
         n, p50, p99, last = self.conn.execute(
@@ -127,12 +140,55 @@ def one(conn, sql, params=None):
     return conn.execute(sql, params).fetchone()[0]
 
 
+def machine_ticks():
+    with open("/proc/stat") as f:
+        parts = [int(x) for x in f.readline().split()[1:]]
+    return sum(parts[:8]), parts[3] + parts[4]  # all, idle + iowait
+
+
 def table_figures(conn, tables):
     dead, size = conn.execute(
         "SELECT sum(coalesce(pg_stat_get_dead_tuples(t::regclass), 0)),"
         "       sum(pg_total_relation_size(t::regclass))"
         "  FROM unnest(%s::text[]) t", (tables,)).fetchone()
     return int(dead or 0), int(size or 0)
+
+
+class Killer:
+    """W9's chaos: pg_terminate_backend of a random engine executor twice a second until stop(),
+    then of every connection of the system's own workers once."""
+
+    def __init__(self, connect, workers_sql):
+        self.conn = connect()
+        self.workers_sql = workers_sql
+        self.kills = 0
+        self.executors_seen = set()
+        self.stopping = False
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        while not self.stopping:
+            pids = [r[0] for r in self.conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'gen_durable executor'"
+                "   AND datname = current_database()").fetchall()]
+            self.executors_seen.update(pids)
+            if pids:
+                self.kills += one(self.conn, "SELECT count(*) FILTER (WHERE pg_terminate_backend(%s))",
+                                  (random.choice(pids),))
+            time.sleep(0.5)
+
+    def stop(self):
+        self.stopping = True
+        self.thread.join()
+        self.worker_kills = one(self.conn, "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))"
+                                           f"  FROM pg_stat_activity WHERE {self.workers_sql}")
+        self.conn.close()
+
+
+def executors_running(conn):
+    return one(conn, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'gen_durable executor'"
+                     "   AND datname = current_database()")
 
 
 class WaitSampler:
@@ -171,7 +227,7 @@ def run_scenario(system, scenario, rate, connect, log):
     ledger = Ledger(admin, system.ledger)
     producer = Producer(system.enqueue, rate)
     sampler = WaitSampler(connect, system.backends_sql)
-    holders = None
+    holders = killer = None
     buckets = []
     t0 = time.monotonic()
     producer.thread.start()
@@ -183,6 +239,8 @@ def run_scenario(system, scenario, rate, connect, log):
                 if scenario == "hold":
                     holders = HorizonHolders(connect, system.tables)
                     holders.start()
+                elif scenario == "chaos":
+                    killer = Killer(connect, system.workers_sql)
                 else:
                     producer.rate = rate * 1.5
             elif phase == scenario and end > clean + middle:
@@ -190,21 +248,30 @@ def run_scenario(system, scenario, rate, connect, log):
                 if holders:
                     holders.stop()
                     holders = None
+                if killer:
+                    killer.stop()
                 producer.rate = rate
             arrivals0 = producer.arrivals
+            total0, idle0 = machine_ticks()
             time.sleep(max(0.0, t0 + end - time.monotonic()))
+            total1, idle1 = machine_ticks()
             done, p50, p99 = ledger.take()
             dead, size = table_figures(admin, system.tables)
             b = {"t": end, "phase": phase, "arrivals": producer.arrivals - arrivals0, "completions": done,
                  "p50_ms": p50, "p99_ms": p99, "backlog": producer.arrivals - ledger.done,
-                 "dead_tuples": dead, "table_mib": size / 2**20, "waits": sampler.take()}
+                 "dead_tuples": dead, "table_mib": size / 2**20, "waits": sampler.take(),
+                 "machine_busy": 1 - (idle1 - idle0) / max(total1 - total0, 1),
+                 "executors": executors_running(admin)}
             buckets.append(b)
             log(f"      {end:4d}s {phase:8s} in {b['arrivals']:6d} done {done:6d} backlog {b['backlog']:7d}"
-                f" p50 {fmt_ms(p50)} p99 {fmt_ms(p99)} dead {dead:9,d} {b['table_mib']:7.1f} MiB  "
+                f" p50 {fmt_ms(p50)} p99 {fmt_ms(p99)} dead {dead:9,d} {b['table_mib']:7.1f} MiB"
+                f" cpu {100 * b['machine_busy']:3.0f}%  "
                 + " ".join(f"{e}×{n}" for e, n in b["waits"]))
     finally:
         if holders:
             holders.stop()
+        if killer and not killer.stopping:
+            killer.stop()
         producer.stop()
         sampler.stop()
     # The last of the backlog, so the next system starts clean.
@@ -212,9 +279,17 @@ def run_scenario(system, scenario, rate, connect, log):
     while ledger.done < producer.arrivals and time.monotonic() < deadline:
         time.sleep(0.5)
         ledger.take()
+    with_effect, twice = ledger.effects()
     admin.close()
-    return {"rate": rate, "lagging_ticks": producer.lagging_ticks, "buckets": buckets,
-            "lost": producer.arrivals - ledger.done}
+    out = {"rate": rate, "lagging_ticks": producer.lagging_ticks, "buckets": buckets,
+           "lost": producer.arrivals - with_effect, "effects_twice": twice}
+    if killer:
+        out.update(executor_kills=killer.kills, worker_kills=killer.worker_kills,
+                   executor_pids_seen=len(killer.executors_seen))
+        log(f"      chaos: {killer.kills} executors and {killer.worker_kills} worker connections terminated,"
+            f" {len(killer.executors_seen)} executor processes seen; {with_effect:,} jobs with an effect,"
+            f" {twice} of them twice, {out['lost']} lost")
+    return out
 
 
 def fmt_ms(v):
@@ -229,6 +304,7 @@ class GdInDatabase:
     ledger = "bench.w1_ledger"
     tables = ["gd._instances"]
     backends_sql = "backend_type = 'gen_durable executor'"
+    workers_sql = backends_sql
 
     def __init__(self, connect):
         self.conn = connect()
@@ -251,6 +327,7 @@ class NodeSystem:
     def __init__(self, name, tables, node_cmd, env):
         self.name, self.tables = name, tables
         self.backends_sql = f"application_name LIKE 'bench {name}%'"
+        self.workers_sql = f"application_name ~ '^bench {name} (lane|listener)'"  # W9: not the producer's
         self.proc = subprocess.Popen(node_cmd + [name, "steady", "0"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
@@ -277,7 +354,8 @@ def plot(results, path):
     import matplotlib.pyplot as plt
     metrics = [("completions", "completions / 10 s"), ("p99_ms", "insert-to-done p99 (ms, log)"),
                ("p50_ms", "insert-to-done p50 (ms, log)"), ("backlog", "backlog (jobs)"),
-               ("dead_tuples", "dead tuples in the queue tables"), ("table_mib", "queue tables (MiB)")]
+               ("dead_tuples", "dead tuples in the queue tables"), ("table_mib", "queue tables (MiB)"),
+               ("machine_busy", "machine CPU busy (fraction)")]
     scenarios = sorted({sc for per in results.values() for sc in per})
     fig, axes = plt.subplots(len(metrics), len(scenarios), figsize=(7 * len(scenarios), 2.6 * len(metrics)),
                              squeeze=False, sharex=True)
@@ -300,3 +378,51 @@ def plot(results, path):
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
+
+
+def summarize(results):
+    """Per system and scenario, the figures the goals name: latency before, during (its last minute) and
+    after the middle phase, whether completions kept pace, the tables' size, and (overload) how fast
+    the backlog drained.  A list of dicts, one per (system, scenario)."""
+    clean, middle, recovery = phases()
+    rows = []
+    for system, per in results.items():
+        for scenario, run in per.items():
+            b = run["buckets"]
+            before = [x for x in b if x["phase"] == "clean"]
+            during = [x for x in b if x["phase"] == scenario]
+            late = [x for x in during if x["t"] > clean + middle - 60] or during
+            after = [x for x in b if x["phase"] == "recovery"]
+
+            def worst(xs, key):
+                vals = [x[key] for x in xs if x[key] is not None]
+                return max(vals) if vals else float("nan")
+
+            def median(xs, key):
+                vals = sorted(x[key] for x in xs if x[key] is not None)
+                return vals[len(vals) // 2] if vals else float("nan")
+
+            pace = min((x["completions"] / x["arrivals"] for x in during if x["arrivals"]), default=float("nan"))
+            drained = next((x["t"] - (clean + middle) for x in after
+                            if x["backlog"] <= 2 * max(before[-1]["backlog"], run["rate"] * 0.05)), None)
+            rows.append({
+                "system": system, "scenario": scenario, "rate": run["rate"],
+                "p50_before": median(before, "p50_ms"), "p99_before": worst(before, "p99_ms"),
+                "p50_late": median(late, "p50_ms"), "p99_late": worst(late, "p99_ms"),
+                "p99_after": worst(after[-6:], "p99_ms"),
+                "worst_pace": pace, "backlog_peak": max(x["backlog"] for x in b),
+                "mib_before": before[-1]["table_mib"], "mib_release": during[-1]["table_mib"],
+                "mib_end": b[-1]["table_mib"], "drained_s": drained, "lost": run["lost"],
+            })
+    return rows
+
+
+def print_summary(rows, log):
+    log("W7 summary (ms; 'late' = the last minute of the hold or overload; pace = the worst 10 s of"
+        " completions / arrivals then; MiB = the queue tables before, at the end of, and after it)")
+    for r in rows:
+        drained = "-" if r["drained_s"] is None else f"{r['drained_s']} s"
+        log(f"    {r['system']:18s} {r['scenario']:8s} p50 {r['p50_before']:6.1f} -> {r['p50_late']:7.1f}"
+            f"  p99 {r['p99_before']:7.1f} -> {r['p99_late']:7.1f} (after {r['p99_after']:7.1f})"
+            f"  pace {r['worst_pace']:4.2f}  backlog peak {r['backlog_peak']:7,d} drained in {drained}"
+            f"  MiB {r['mib_before']:6.1f} / {r['mib_release']:6.1f} / {r['mib_end']:6.1f}  lost {r['lost']}")

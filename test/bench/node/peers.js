@@ -11,6 +11,8 @@
  *             graphile  graphile-worker (run(), local queue, batched completions)
  *             pgq       PgQ: CALL bench.pgq_consume (test/bench/peers.sql) on worker
  *                       connections, the consumer driving its own ticks
+ *             dbos      DBOS Transact: workflows and steps in this process, a DBOS
+ *                       queue (see DbosPeer)
  *   WORKLOAD  setup     install the system's schema and queues (once)
  *             w1        N single jobs enqueued in one call, each job one ledger INSERT
  *             w2        N jobs one at a time: enqueue, wait for completion; latencies
@@ -56,6 +58,7 @@ const KNOBS = {
               localQueue: +env('BENCH_GRAPHILE_LOCAL_QUEUE', 64),
               completeDelay: +env('BENCH_GRAPHILE_COMPLETE_DELAY', 0) },
   pgq: { pollMs: +env('BENCH_PGQ_POLL_MS', 10) },
+  dbos: { workers: +env('BENCH_DBOS_WORKERS', 16), pollMs: +env('BENCH_DBOS_POLL_MS', 50) },
 };
 const TIMEOUT_MS = 1000 * +env('BENCH_TIMEOUT', 180);
 const W2_BUDGET_MS = 1000 * +env('BENCH_W2_BUDGET', 120);
@@ -116,18 +119,29 @@ class GdExt {
 
   async startWorkers(workload) {
     const k = KNOBS.gdext;
-    this.listener = await connect('listener');
-    this.listener.on('notification', (m) => {
-      if (m.payload === 'ext') { this.generation++; for (const w of this.wakers) w(); }
-    });
-    await this.listener.query('LISTEN gd_work');
+    await this.listen();
     this.lanes = [];
     for (let i = 0; i < k.lanes; i++) {
-      const c = await connect(`lane ${i}`);
-      const done = workload === 'work' ? Promise.resolve() : this.lane(c, `bench-node-${process.pid}-${i}`, k.batch);
-      this.lanes.push({ c, done });
+      const lane = { c: await connect(`lane ${i}`) };
+      lane.done = workload === 'work' ? Promise.resolve() : this.lane(lane, i, k.batch);
+      this.lanes.push(lane);
     }
   }
+
+  // LISTEN gd_work; a lost connection (W9 terminates it) is made again, the lanes woken to look.
+  async listen() {
+    this.listener = await connect('listener');
+    this.listener.on('notification', (m) => {
+      if (m.payload === 'ext') this.wakeAll();
+    });
+    this.listener.on('error', () => {
+      if (this.stopping) return;
+      setTimeout(() => this.listen().then(() => this.wakeAll(), () => {}), 100);
+    });
+    await this.listener.query('LISTEN gd_work');
+  }
+
+  wakeAll() { this.generation++; for (const w of this.wakers) w(); }
 
   // W1's work alone, as this worker does it but with no queue: n ledger
   // INSERTs over the lanes, one round trip each, a commit per batch.
@@ -154,37 +168,52 @@ class GdExt {
     });
   }
 
-  async lane(c, name, batch) {
-    const k = KNOBS.gdext;
+  // One lane's loop; a lost connection (W9 terminates it) rolls its batch back
+  // (the claim is still leased: the lease expires and the reaper hands it
+  // on) and the lane goes on with a new one.
+  async lane(lane, i, batch) {
+    const name = `bench-node-${process.pid}-${i}`;
     while (!this.stopping) {
-      const gen = this.generation;
-      // One transaction: the claim commits with the effects and completions
-      // (nothing to lease out: a crash rolls the claim back).  Otherwise the
-      // claim commits first and the lease covers the work.
-      if (k.oneTransaction) await c.query('BEGIN');
-      const { rows } = await c.query(
-        "SELECT id, fsm, step, state, lease_token::text AS token FROM gd_claim('ext', $1, $2)", [name, batch]);
-      if (rows.length === 0) {
-        if (k.oneTransaction) await c.query('COMMIT');
-        if (gen === this.generation && !this.stopping) await this.sleepUntilWoken(1000); // poll: a safety net only
-        continue;
+      try {
+        await this.laneRound(lane.c, name, batch);
+      } catch (e) {
+        if (this.stopping) return;
+        lane.c.end().catch(() => {});
+        await sleep(100);
+        lane.c = await connect(`lane ${i}`).catch(() => lane.c);
       }
-      // The batch's effects and its completions commit together: a step's
-      // effect in this database happens exactly once.
-      if (!k.oneTransaction) await c.query('BEGIN');
-      const ids = [], tokens = [], kinds = [], steps = [], args = [];
-      for (const r of rows) {
-        const o = await this.handle(c, r);
-        ids.push(r.id); tokens.push(r.token); kinds.push(o[0]); steps.push(o[1]); args.push(JSON.stringify(o[2]));
-      }
-      await c.query(`SELECT count(*) FROM gd_complete_all($1::bigint[], $2::bigint[], ARRAY(
-                       SELECT CASE o.kind WHEN 'done' THEN gd_done(o.arg)
-                                          WHEN 'next' THEN gd_next(o.step, o.arg)
-                                          WHEN 'spawn' THEN gd_spawn(o.arg, o.step) END
-                         FROM unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS o(kind, step, arg, n)
-                        ORDER BY o.n))`, [ids, tokens, kinds, steps, args]);
-      await c.query('COMMIT');
     }
+  }
+
+  async laneRound(c, name, batch) {
+    const k = KNOBS.gdext;
+    const gen = this.generation;
+    // One transaction: the claim commits with the effects and completions
+    // (nothing to lease out: a crash rolls the claim back).  Otherwise the
+    // claim commits first and the lease covers the work.
+    if (k.oneTransaction) await c.query('BEGIN');
+    const { rows } = await c.query(
+      "SELECT id, fsm, step, state, lease_token::text AS token FROM gd_claim('ext', $1, $2)", [name, batch]);
+    if (rows.length === 0) {
+      if (k.oneTransaction) await c.query('COMMIT');
+      if (gen === this.generation && !this.stopping) await this.sleepUntilWoken(1000); // poll: a safety net only
+      return;
+    }
+    // The batch's effects and its completions commit together: a step's
+    // effect in this database happens exactly once.
+    if (!k.oneTransaction) await c.query('BEGIN');
+    const ids = [], tokens = [], kinds = [], steps = [], args = [];
+    for (const r of rows) {
+      const o = await this.handle(c, r);
+      ids.push(r.id); tokens.push(r.token); kinds.push(o[0]); steps.push(o[1]); args.push(JSON.stringify(o[2]));
+    }
+    await c.query(`SELECT count(*) FROM gd_complete_all($1::bigint[], $2::bigint[], ARRAY(
+                     SELECT CASE o.kind WHEN 'done' THEN gd_done(o.arg)
+                                        WHEN 'next' THEN gd_next(o.step, o.arg)
+                                        WHEN 'spawn' THEN gd_spawn(o.arg, o.step) END
+                       FROM unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS o(kind, step, arg, n)
+                      ORDER BY o.n))`, [ids, tokens, kinds, steps, args]);
+    await c.query('COMMIT');
   }
 
   async handle(c, r) {
@@ -243,7 +272,7 @@ class GdExt {
   async stopWorkers() {
     this.stopping = true;
     for (const w of [...this.wakers]) w();
-    for (const l of this.lanes) { await l.done; await l.c.end(); }
+    for (const l of this.lanes) { await l.done; await l.c.end().catch(() => {}); }
     await this.listener.end();
   }
 }
@@ -517,6 +546,81 @@ class PgqPeer {
   }
 }
 
+// ---------------------------------------------------------------- DBOS
+
+// DBOS Transact: durable workflows run in this process, each step
+// checkpointed in its system database (bench_dbos, on the same server; DBOS
+// creates it).  W1 and W3 are workflows enqueued on a DBOS queue (one
+// startWorkflow each: DBOS has no bulk enqueue), W4 a parent workflow that
+// starts its children as child workflows and awaits them, W2 one workflow
+// started and awaited.  A ledger INSERT is a DBOS step on a pg pool (a plain
+// step: its effect is at least once, not in the checkpoint's transaction).
+class DbosPeer {
+  enqueuesOneByOne = true;
+
+  constructor() {
+    ({ DBOS: this.DBOS } = require('@dbos-inc/dbos-sdk'));
+    this.pool = new Pool({ ...CONN, application_name: 'bench dbos handlers', max: KNOBS.dbos.workers + 2 });
+  }
+
+  async setup() { await this.start(); }
+
+  async start() {
+    const { DBOS } = this;
+    const ledger = (jobId, payload) => DBOS.runStep(() => this.pool.query(LEDGER_INSERT, [jobId, payload]),
+      { name: 'ledger' });
+    this.job = DBOS.registerWorkflow(async (state) => { await ledger(state.n, state); }, { name: 'job' });
+    this.chain = DBOS.registerWorkflow(async (state) => {
+      const a = await DBOS.runStep(async () => ({ ...state, a: true }), { name: 'a' });
+      const b = await DBOS.runStep(async () => ({ ...a, b: true }), { name: 'b' });
+      await ledger(b.n, b);
+    }, { name: 'chain' });
+    this.child = DBOS.registerWorkflow(async (state) => { await ledger(state.i, state); }, { name: 'child' });
+    this.parent = DBOS.registerWorkflow(async (state) => {
+      const handles = [];
+      for (let i = 1; i <= state.children; i++) handles.push(await DBOS.startWorkflow(this.child)({ i }));
+      for (const h of handles) await h.getResult();
+      await ledger(-1, state);
+    }, { name: 'parent' });
+    DBOS.setConfig({
+      name: 'bench',
+      systemDatabaseUrl: `postgresql://postgres@localhost/bench_dbos?host=${encodeURIComponent(CONN.host)}&port=${CONN.port}`,
+      systemDatabasePoolSize: KNOBS.dbos.workers + 8,
+      logLevel: 'error',
+    });
+    await DBOS.launch();
+    this.queue = await DBOS.registerQueue('bench', { workerConcurrency: KNOBS.dbos.workers,
+                                                     minPollingIntervalMs: KNOBS.dbos.pollMs });
+  }
+
+  async startWorkers() { await this.start(); }
+
+  async enqueue(workload, n) {
+    const { DBOS } = this;
+    if (workload === 'w4') { await DBOS.startWorkflow(this.parent, { queueName: 'bench' })({ children: n }); return; }
+    const wf = { w1: this.job, w3: this.chain }[workload];
+    for (let i = 1; i <= n; i++) await DBOS.startWorkflow(wf, { queueName: 'bench' })({ n: i });
+  }
+
+  async steady(k) {
+    const t = Date.now() / 1000;
+    for (let i = 1; i <= k; i++) await this.DBOS.startWorkflow(this.job, { queueName: 'bench' })({ n: i, t });
+  }
+
+  async w2(n) {
+    return latencyLoop(n, async (i) => {
+      const h = await this.DBOS.startWorkflow(this.job)({ n: i });
+      await h.getResult();
+      return true;
+    });
+  }
+
+  async stopWorkers() {
+    await this.DBOS.shutdown();
+    await this.pool.end();
+  }
+}
+
 // ---------------------------------------------------------------- workloads
 
 async function latencyLoop(n, one) {
@@ -545,13 +649,14 @@ async function waitLedger(c, sql, target) {
 }
 
 async function main() {
-  const peer = { gdext: GdExt, pgboss: PgBossPeer, graphile: GraphilePeer, pgq: PgqPeer }[SYSTEM];
+  const peer = { gdext: GdExt, pgboss: PgBossPeer, graphile: GraphilePeer, pgq: PgqPeer, dbos: DbosPeer }[SYSTEM];
   if (!peer) throw new Error(`unknown system ${SYSTEM}`);
   if (WORKLOAD === 'work' && SYSTEM !== 'gdext') throw new Error('the work-alone run is gdext\'s');
   const p = new peer();
   if (WORKLOAD === 'setup') {
     await p.setup();
-    if (p.stopWorkers && SYSTEM === 'pgboss') await p.boss.stop({ graceful: false, wait: true });
+    if (SYSTEM === 'pgboss') await p.boss.stop({ graceful: false, wait: true });
+    if (SYSTEM === 'dbos') await p.stopWorkers();
     out({ setup: SYSTEM });
     return;
   }
@@ -608,8 +713,11 @@ async function main() {
       enqueuedAt = await serverNow();
       await p.workAlone(N);
     } else {
+      // Timed from the enqueue's end, as the bulk calls commit at once; one
+      // without a bulk call is timed from its start (its workers run meanwhile).
+      const startedAt = await serverNow();
       await p.enqueue(WORKLOAD, N);
-      enqueuedAt = await serverNow();
+      enqueuedAt = p.enqueuesOneByOne ? startedAt : await serverNow();
     }
     const enqueueS = (nowMs() - t0) / 1000;
     let got;
