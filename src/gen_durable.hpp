@@ -72,6 +72,7 @@ struct WorkerSlot {
     pg_atomic_uint64 current_instance; /* 0 when none */
     pg_atomic_uint64 since;         /* TimestampTz of the current activity */
     pg_atomic_uint64 cancel_step;   /* gd_cancel of the instance whose step this executor runs: stop it */
+    pg_atomic_uint32 served;        /* the worker committed a round since the launcher started it */
 };
 
 /* A backend blocked in gd_await, indexed by gd_my_backend_index(). */

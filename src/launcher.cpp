@@ -4,8 +4,9 @@
  * reaper, a garbage collector and one executor per unit of queue
  * concurrency), starts the planned workers as
  * dynamic background workers, stops the ones no longer planned after a
- * reload, and restarts workers that died, backing off when one keeps dying
- * soon after starting (a database that does not exist, say).
+ * reload, and restarts workers that died: at once when they had served,
+ * backing off when one keeps dying soon after starting without (a database
+ * that does not exist, say).
  *
  * It starts only once recovery has finished, so a hot standby runs nothing
  * and the engine starts on promotion.  If the launcher itself dies, the
@@ -122,6 +123,7 @@ void free_slot(int index)
 bool start_worker(int index)
 {
     WorkerSlot &slot = gd_shared->workers[index];
+    pg_atomic_write_u32(&slot.served, 0); /* before it can start and say otherwise */
     BackgroundWorker worker{};
     worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
     worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
@@ -185,12 +187,19 @@ void tell_reapers_a_worker_died()
     LWLockRelease(gd_shared->lock);
 }
 
-/* A planned worker stopped: restart it, later if it keeps dying young. */
+/*
+ * A planned worker stopped: restart it, later if it keeps dying young
+ * without having served (committed a round).  One that served was stopped
+ * from outside (pg_terminate_backend, an administrator's kill): it starts
+ * again at once, however often that happens, so work goes on; what backs off
+ * is a worker that cannot get going.
+ */
 void schedule_restart(int index, TimestampTz now)
 {
     tell_reapers_a_worker_died();
     SlotControl &c = control[index];
-    bool died_young = TimestampDifferenceExceeds(c.started_at, now, QUICK_FAILURE_MS) == false;
+    bool served = pg_atomic_read_u32(&gd_shared->workers[index].served) != 0;
+    bool died_young = !served && !TimestampDifferenceExceeds(c.started_at, now, QUICK_FAILURE_MS);
     c.quick_failures = died_young ? c.quick_failures + 1 : 0;
     long delay = 0;
     if (c.quick_failures > 0)

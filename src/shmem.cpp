@@ -51,6 +51,7 @@ void startup_shmem()
             pg_atomic_init_u64(&slot.current_instance, 0);
             pg_atomic_init_u64(&slot.since, 0);
             pg_atomic_init_u64(&slot.cancel_step, 0);
+            pg_atomic_init_u32(&slot.served, 0);
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
         pg_atomic_init_u32(&gd_shared->worker_deaths, 0);

@@ -161,6 +161,8 @@ long run_round()
     PopActiveSnapshot();
     CommitTransactionCommand();
     pgstat_report_stat(false); /* table statistics: autovacuum sees the rows this round updated */
+    if (extension_ready)
+        pg_atomic_write_u32(&my_slot->served, 1); /* it works: if it is stopped now, start it again at once */
     gd_worker_set_activity(my_slot, 0);
     pgstat_report_activity(STATE_IDLE, nullptr);
     return sleep_ms;

@@ -8,8 +8,9 @@
 #            gen_durable external (a Node.js worker: LISTEN gd_work, gd_claim,
 #            gd_complete), pg-boss and graphile-worker (npm, Node.js workers),
 #            PgQ (Debian's postgresql-15-pgq3, a consumer loop in SQL driving
-#            its own ticks), and a hand-written SKIP LOCKED loop (the floor);
-#            and W1's work alone (its ledger INSERTs, no queue): the ceiling
+#            its own ticks), DBOS Transact (npm, workflows in Node.js), and a
+#            hand-written SKIP LOCKED loop (the floor); and W1's work alone
+#            (its ledger INSERTs, no queue): the ceiling
 #   W1  throughput: BENCH_JOBS (50000) single-step jobs, each one ledger INSERT
 #   W3  BENCH_FSM_INSTANCES (10000) three-step chains
 #   W4  one parent, BENCH_FANOUT_CHILDREN (10000) children, then a join
@@ -19,6 +20,12 @@
 #       4 minutes (making the backlogs) on a 2-core machine
 #   W6  W1 while another session holds a REPEATABLE READ snapshot: jobs/s,
 #       dead tuples and size of the queue tables before and after
+#   W7  (not by default: BENCH_WORKLOADS=w1,w7) a fixed arrival rate for
+#       minutes with the horizon held, then with 1.5x overload, per 10 s
+#       (test/bench/w7.py; BENCH_W7_PLOT=file.png draws it); its `chaos`
+#       scenario is W9: executors and worker connections terminated at load
+#   W8  (not by default) W1 and W2 with 0, 1,000,000 and 10,000,000 finished
+#       instances not yet swept plus 1,000,000 scheduled
 #
 # It prints figures and tables, never pass/fail; it is not part of `make
 # check`. The driver is test/bench/bench.py (Python 3 + psycopg, Debian's

@@ -393,6 +393,8 @@ def summarize(results):
             during = [x for x in b if x["phase"] == scenario]
             late = [x for x in during if x["t"] > clean + middle - 60] or during
             after = [x for x in b if x["phase"] == "recovery"]
+            if not before or not during:
+                continue  # cut short
 
             def worst(xs, key):
                 vals = [x[key] for x in xs if x[key] is not None]
