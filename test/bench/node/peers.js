@@ -69,6 +69,9 @@ const nowMs = () => Number(process.hrtime.bigint()) / 1e6;
 
 async function connect(name) {
   const c = new Client({ ...CONN, application_name: `bench ${SYSTEM} ${name}` });
+  // A connection terminated while idle (W9) fails its next query, where the
+  // caller handles it; the event alone must not end the process.
+  c.on('error', (e) => { if (!c.lost) console.error(`bench ${SYSTEM} ${name}: ${e.message}`); c.lost = true; });
   await c.connect();
   return c;
 }
