@@ -52,9 +52,16 @@ class Producer:
         self.arrivals = 0
         self.lagging_ticks = 0
         self.stopping = False
+        self.error = None
         self.thread = threading.Thread(target=self.run)
 
     def run(self):
+        try:
+            self.produce()
+        except Exception as e:  # the run reports it at its next bucket
+            self.error = e
+
+    def produce(self):
         owed = 0.0
         next_tick = time.monotonic()
         while not self.stopping:
@@ -255,6 +262,8 @@ def run_scenario(system, scenario, rate, connect, log):
             total0, idle0 = machine_ticks()
             time.sleep(max(0.0, t0 + end - time.monotonic()))
             total1, idle1 = machine_ticks()
+            if producer.error:
+                raise SystemExit(f"bench: W7: {system.name}'s producer stopped: {producer.error!r}")
             done, p50, p99 = ledger.take()
             dead, size = table_figures(admin, system.tables)
             b = {"t": end, "phase": phase, "arrivals": producer.arrivals - arrivals0, "completions": done,
