@@ -11,9 +11,11 @@
  *    step's outcome, exactly once; a raising handler is a failed attempt,
  *    its writes undone; a lost lease rolls the whole batch back and its
  *    other claims are released;
- *  - one listener connection LISTENs on gd_work and wakes the lanes; they
- *    poll every `poll` seconds as a safety net (through a transaction
- *    pooler give `listenConfig`, a direct or session-mode connection);
+ *  - one listener connection LISTENs on gd_work; a notification wakes one
+ *    idle lane (waking them all would send every lane after the same rows),
+ *    and a lane that claims a full batch wakes another; they poll every
+ *    `poll` seconds as a safety net (through a transaction pooler give
+ *    `listenConfig`, a direct or session-mode connection);
  *  - a heartbeat extends every claim in hand every third of `lease`;
  *  - lost connections are opened again with backoff;
  *  - stop() (SIGTERM, SIGINT) drains: the step in hand finishes, the rest
@@ -53,6 +55,7 @@ class Wakeup {
     if (this.resolve) { const resolve = this.resolve; this.resolve = null; resolve(true); } else this.pending = true;
   }
   clear() { this.pending = false; }
+  get idle() { return this.resolve !== null; }
   wait(seconds) {
     if (this.pending) { this.pending = false; return Promise.resolve(true); }
     return new Promise((resolve) => {
@@ -187,10 +190,18 @@ class Worker {
       while (!this.stopping) {
         wakeup.clear();
         const claimed = await this.claimAndRun(client, start);
+        if (claimed === this.batch) this.wakeIdleLane(); // there may be more
         this.watch.afterWait(notified, claimed);
         notified = claimed > 0 ? true : await wakeup.wait(this.poll);
       }
     });
+  }
+
+  /** Wake one lane waiting for work; false when none is. */
+  wakeIdleLane() {
+    const idle = this.wakeups.find((w) => w.idle);
+    if (idle) idle.fire();
+    return idle !== undefined;
   }
 
   async claimAndRun(client, start) {
@@ -309,7 +320,8 @@ class Worker {
       const closed = new Promise((resolve, reject) => {
         client.on('notification', (n) => {
           this.watch.heard();
-          if (queues.has(n.payload)) for (const w of this.wakeups) w.fire();
+          // No lane idle: each busy one looks once more when its batch is done.
+          if (queues.has(n.payload) && !this.wakeIdleLane()) for (const w of this.wakeups) w.fire();
         });
         client.on('error', reject);
         client.on('end', () => reject(new Error('the listener connection closed')));

@@ -20,8 +20,10 @@ runs elsewhere), the whole batch is rolled back and its other claims
 released.  Effects outside the database are at least once: key them by
 ctx.id and ctx.attempt.
 
-One listener connection LISTENs on gd_work and wakes the lanes when one of
-their queues is notified; lanes poll every `poll` seconds as a safety net.
+One listener connection LISTENs on gd_work; a notification for one of their
+queues wakes one idle lane (waking them all would send every lane after the
+same rows), and a lane that claims a full batch wakes another; lanes poll
+every `poll` seconds as a safety net.
 Through a transaction pooler LISTEN hears nothing: pass listen_conninfo (a
 direct or session-mode connection), or the worker warns once work turns up
 only on polls.  A heartbeat thread extends the leases of every claim in
@@ -54,6 +56,8 @@ class Worker(_core.WorkerSettings):
         self._wakeups: List[threading.Event] = []
         self._wake_r, self._wake_w = os.pipe()   # wakes the listener's select() at stop
         self._lock = threading.Lock()
+        self._idle_lanes: List[threading.Event] = []   # the wakeups of lanes waiting for work
+        self._idle_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -121,14 +125,35 @@ class Worker(_core.WorkerSettings):
                         claimed = self._claim_and_run(connection, start)
                         self._watch.after_wait(notified, claimed)
                         if claimed == 0:
-                            notified = wakeup.wait(self.poll)
+                            notified = self._wait_idle(wakeup)
                         else:
+                            if claimed == self.batch:
+                                self._wake_idle_lane()   # there may be more
                             notified = True
             except psycopg.OperationalError as e:
                 delay = backoff.delay()
                 log.warning("worker %s lane %d: connection lost (%s); reconnecting in %.1f s", self.name, index,
                             str(e).strip(), delay)
                 self._sleep(delay)
+
+    def _wait_idle(self, wakeup: threading.Event) -> bool:
+        with self._idle_lock:
+            self._idle_lanes.append(wakeup)
+        try:
+            return wakeup.wait(self.poll)
+        finally:
+            with self._idle_lock:
+                if wakeup in self._idle_lanes:
+                    self._idle_lanes.remove(wakeup)
+
+    def _wake_idle_lane(self) -> bool:
+        """Wake one lane waiting for work; False when none is."""
+        with self._idle_lock:
+            if not self._idle_lanes:
+                return False
+            wakeup = self._idle_lanes.pop(0)
+        wakeup.set()
+        return True
 
     def _claim_and_run(self, connection: psycopg.Connection, start: int) -> int:
         """Claim a batch from the first queue that has work (round robin from `start`), run it; how many claimed."""
@@ -247,7 +272,8 @@ class Worker(_core.WorkerSettings):
                 while (notification := connection.pgconn.notifies()) is not None:
                     self._watch.heard()
                     ours = ours or notification.extra.decode() in queues
-                if ours:
+                # No lane idle: each busy one looks once more when its batch is done.
+                if ours and not self._wake_idle_lane():
                     for wakeup in self._wakeups:
                         wakeup.set()
 

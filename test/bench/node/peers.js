@@ -135,7 +135,7 @@ class GdExt {
   async listen() {
     this.listener = await connect('listener');
     this.listener.on('notification', (m) => {
-      if (m.payload === 'ext') this.wakeAll();
+      if (m.payload === 'ext') this.wakeOne();
     });
     this.listener.on('error', () => {
       if (this.stopping) return;
@@ -145,6 +145,15 @@ class GdExt {
   }
 
   wakeAll() { this.generation++; for (const w of this.wakers) w(); }
+
+  // One notification wakes one idle lane: waking them all sends every lane
+  // to claim the same rows and all but one find nothing.  A lane that comes
+  // back with a full batch wakes the next (there may be more).
+  wakeOne() {
+    this.generation++;
+    const [w] = this.wakers;
+    if (w) w();
+  }
 
   // W1's work alone, as this worker does it but with no queue: n ledger
   // INSERTs over the lanes, one round trip each, a commit per batch.
@@ -204,6 +213,7 @@ class GdExt {
     }
     // The batch's effects and its completions commit together: a step's
     // effect in this database happens exactly once.
+    if (rows.length === batch) this.wakeOne();
     if (!k.oneTransaction) await c.query('BEGIN');
     const ids = [], tokens = [], kinds = [], steps = [], args = [];
     for (const r of rows) {
