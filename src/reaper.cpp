@@ -1,6 +1,7 @@
 /*
  * reaper.cpp — the reaper's round, one reaper per served database: what
- * becomes due without anyone committing anything.  It ends timed-out waits,
+ * becomes due without anyone committing anything.  It fires the schedules'
+ * due ticks (sql/src/68_schedules.sql), ends timed-out waits,
  * resumes parents whose children have all ended, admits instances a
  * concurrency key has room for again, reclaims expired leases and announces
  * external work come due, then sleeps until the next deadline (at most
@@ -21,6 +22,23 @@ namespace {
 
 constexpr int WAITS_PER_ROUND = 500;
 constexpr int LEASES_PER_ROUND = 100;
+constexpr int SCHEDULES_PER_ROUND = 500;
+
+/* Fire the schedules' due ticks; true when a full batch may leave more. */
+bool fire_schedules()
+{
+    /* Ticks before this reaper began were missed while none served the database: catch_up decides. */
+    static TimestampTz serving_since = GetCurrentTimestamp();
+    static SPIPlanPtr fire_plan = nullptr;
+    Datum args[3] = {TimestampTzGetDatum(GetCurrentTimestamp()), TimestampTzGetDatum(serving_since),
+                     Int32GetDatum(SCHEDULES_PER_ROUND)};
+    if (gd_run_kept(fire_plan, "SELECT gd._fire_schedules($1, $2, $3)", {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID},
+                    args, false, 1) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: firing the schedules failed");
+    bool isnull;
+    return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) ==
+           SCHEDULES_PER_ROUND;
+}
 
 /* Waits whose deadline passed resume with ctx.timed_out; returns how many. */
 int expire_waits()
@@ -51,12 +69,13 @@ void run_duty(SPIPlanPtr &plan, const char *sql)
         elog(ERROR, "gen_durable: the reaper's %s failed", sql);
 }
 
-/* The earliest deadline of a timed wait; 0 when none. */
-TimestampTz next_wait_deadline()
+/* The earliest deadline of a timed wait or a schedule's tick; 0 when none. */
+TimestampTz next_deadline()
 {
     static SPIPlanPtr deadline_plan = nullptr;
-    run_duty(deadline_plan, "SELECT min(i.wait_deadline) FROM gd._instances i"
-                            " WHERE i.status = 'awaiting_signal' AND i.wait_deadline IS NOT NULL");
+    run_duty(deadline_plan, "SELECT least((SELECT min(i.wait_deadline) FROM gd._instances i"
+                            "               WHERE i.status = 'awaiting_signal' AND i.wait_deadline IS NOT NULL),"
+                            "             gd._next_tick_due())");
     bool isnull;
     Datum deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
     return isnull ? 0 : DatumGetTimestampTz(deadline);
@@ -66,12 +85,14 @@ TimestampTz next_wait_deadline()
 
 long gd_reaper_round()
 {
-    if (expire_waits() > 0)
+    if (fire_schedules())
         return 0; /* a full batch may leave more: go again */
+    if (expire_waits() > 0)
+        return 0;
     gd_resume_parents(0);
     static SPIPlanPtr repair_plan = nullptr;
     run_duty(repair_plan, "SELECT gd._repair_keys()");
-    TimestampTz next = next_wait_deadline();
+    TimestampTz next = next_deadline();
     TimestampTz leases_next = gd_expire_leases(LEASES_PER_ROUND);
     if (leases_next != 0 && (next == 0 || leases_next < next))
         next = leases_next;

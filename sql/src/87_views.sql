@@ -32,6 +32,15 @@ SELECT g.* FROM gd._grants g
  WHERE pg_has_role(g.role, 'MEMBER')
     OR EXISTS (SELECT FROM gd._fsms f WHERE f.name = g.fsm AND pg_has_role(f.owner, 'MEMBER'));
 
+-- Schedules the reader owns (as a member of their owner), and those of the FSMs it owns.
+CREATE OR REPLACE VIEW gd.schedules WITH (security_barrier) AS
+SELECT s.name, s.cron, s.time_zone, s.fsm, s.owner, s.enabled, s.overlap, s.catch_up, s.next_run_at,
+       s.last_run_at, s.last_instance_id, s.runs, s.skipped, s.state, s.queue, s.priority, s.last_error,
+       s.buffered_at, s.created_at
+  FROM gd._schedules s
+ WHERE pg_has_role(s.owner, 'MEMBER')
+    OR EXISTS (SELECT FROM gd._fsms f WHERE f.name = s.fsm AND pg_has_role(f.owner, 'MEMBER'));
+
 -- Configuration, the same for every reader.
 CREATE OR REPLACE VIEW gd.queues AS SELECT q.* FROM gd._queues q;
 CREATE OR REPLACE VIEW gd.rate_limits AS SELECT l.* FROM gd._rate_limits l;
@@ -48,7 +57,7 @@ DECLARE
     view_name text;
 BEGIN
     FOREACH view_name IN ARRAY ARRAY['instances', 'signals', 'fsms', 'steps', 'grants', 'queues', 'rate_limits',
-                                     'concurrency_limits'] LOOP
+                                     'concurrency_limits', 'schedules'] LOOP
         EXECUTE format('CREATE OR REPLACE TRIGGER read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON gd.%I '
                        'FOR EACH ROW EXECUTE FUNCTION gd._read_only()', view_name);
     END LOOP;

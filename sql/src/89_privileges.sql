@@ -11,7 +11,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA gd FROM PUBLIC;
 -- and the API (the doors in the extension's schema).
 GRANT USAGE ON SCHEMA gd TO PUBLIC;
 GRANT SELECT ON gd.instances, gd.signals, gd.fsms, gd.steps, gd.grants, gd.queues, gd.rate_limits,
-                gd.concurrency_limits, gd.workers, gd.stats, gd.queue_stats TO PUBLIC;
+                gd.concurrency_limits, gd.schedules, gd.workers, gd.stats, gd.queue_stats TO PUBLIC;
 GRANT EXECUTE ON FUNCTION gd.read_workers(), gd.read_stats(), gd.configured_queues() TO PUBLIC;
 
 -- Administration: for roles an administrator grants it to.
@@ -34,7 +34,7 @@ DECLARE
 BEGIN
     -- one call per statement: each updates the extension's catalog row
     FOREACH relation IN ARRAY ARRAY['gd._queues', 'gd._fsms', 'gd._steps', 'gd._grants', 'gd._instances', 'gd._signals',
-                                    'gd._concurrency_limits', 'gd._rate_limits', 'gd._rate_buckets',
+                                    'gd._concurrency_limits', 'gd._rate_limits', 'gd._rate_buckets', 'gd._schedules',
                                     'gd._instances_id_seq', 'gd._signals_id_seq', 'gd._lease_tokens'] LOOP
         PERFORM pg_extension_config_dump(relation::regclass, '');
     END LOOP;

@@ -1,0 +1,282 @@
+-- ---------------------------------------------------------------------------
+-- Schedules: an instance of an FSM at every tick of a cron expression
+-- ---------------------------------------------------------------------------
+-- The reaper fires them (gd._fire_schedules, each round before its other
+-- duties): a tick's instance and the schedule's advance commit together,
+-- and the instance's correlation key schedule:<name>:<tick>, kept through
+-- done and failed, refuses the same tick a second time whatever happens
+-- between (two engines alive during a promotion, a restored backup).
+
+CREATE TABLE IF NOT EXISTS gd._schedules (
+    name             text PRIMARY KEY,
+    owner            regrole NOT NULL,   -- the role that made it: its instances are inserted with its rights
+    cron             text NOT NULL,
+    time_zone        text NOT NULL,
+    fsm              text NOT NULL,
+    state            jsonb NOT NULL CHECK (jsonb_typeof(state) = 'object'),
+    queue            text,
+    priority         int NOT NULL,
+    overlap          text NOT NULL CHECK (overlap IN ('allow', 'skip', 'buffer_one')),
+    catch_up         text NOT NULL CHECK (catch_up IN ('none', 'latest', 'all')),
+    enabled          boolean NOT NULL,
+    next_run_at      timestamptz,        -- the first tick neither fired nor skipped; NULL: no tick left
+    last_run_at      timestamptz,        -- the tick of the newest instance it started
+    last_instance_id bigint,
+    buffered_at      timestamptz,        -- buffer_one: a tick waiting for the last instance to end
+    runs             bigint NOT NULL DEFAULT 0,
+    skipped          bigint NOT NULL DEFAULT 0,
+    last_error       text,               -- why the last tick could not start (cleared by the next start)
+    created_at       timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS schedules_due ON gd._schedules (next_run_at) WHERE enabled;
+CREATE INDEX IF NOT EXISTS schedules_buffered ON gd._schedules (name) WHERE buffered_at IS NOT NULL;
+
+-- The ticks of a cron expression (src/schedules.cpp).
+CREATE OR REPLACE FUNCTION @extschema@.gd_cron_ticks(cron text, time_zone text DEFAULT 'UTC',
+                                          after timestamptz DEFAULT now(), count int DEFAULT 5)
+RETURNS SETOF timestamptz LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_cron_ticks';
+CREATE OR REPLACE FUNCTION gd._cron_next(cron text, time_zone text, after timestamptz) RETURNS timestamptz
+    LANGUAGE c STABLE STRICT AS 'MODULE_PATHNAME', 'gd_cron_next';
+CREATE OR REPLACE FUNCTION gd._cron_missed(cron text, time_zone text, first timestamptz, before timestamptz, keep int,
+                                           OUT kept timestamptz[], OUT total bigint)
+    LANGUAGE c STABLE STRICT AS 'MODULE_PATHNAME', 'gd_cron_missed';
+
+-- A tick as it appears in its instance's correlation key and state.
+CREATE OR REPLACE FUNCTION gd._tick_text(tick timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT to_char(tick AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') $$;
+
+-- The schedule, locked, if the caller is a member of its owner; 42704 when
+-- there is none, 42501 when it is another role's.
+CREATE OR REPLACE FUNCTION gd._own_schedule(schedule_name text) RETURNS gd._schedules
+LANGUAGE plpgsql AS $$
+DECLARE
+    found_schedule gd._schedules;
+BEGIN
+    SELECT * INTO found_schedule FROM gd._schedules s WHERE s.name = schedule_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('gen_durable: unknown schedule %L', schedule_name);
+    END IF;
+    IF NOT pg_has_role(gd._caller(), found_schedule.owner, 'MEMBER') THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('gen_durable: schedule %L belongs to role %s', schedule_name, found_schedule.owner),
+            HINT = 'Only its owner (and the owner''s members) may change it; pick another name.';
+    END IF;
+    RETURN found_schedule;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.gd_schedule(name text, cron text, fsm text, state jsonb DEFAULT '{}',
+                                        time_zone text DEFAULT 'UTC', queue text DEFAULT NULL,
+                                        priority int DEFAULT 0, overlap text DEFAULT 'allow',
+                                        catch_up text DEFAULT 'latest', enabled boolean DEFAULT true)
+RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE OR REPLACE FUNCTION gd._schedule(name text, cron text, fsm text, state jsonb, time_zone text, queue text,
+                                        priority int, overlap text, catch_up text, enabled boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    caller oid := gd._caller();
+    existing gd._schedules;
+    first_tick timestamptz;
+    keep_next boolean;
+BEGIN
+    IF name IS NULL OR name = '' THEN
+        PERFORM gd._bad_argument('a schedule needs a name');
+    END IF;
+    PERFORM gd._check_length(name, 'name', 200);
+    IF cron IS NULL THEN
+        PERFORM gd._bad_argument('cron must not be NULL');
+    END IF;
+    IF time_zone IS NULL THEN
+        PERFORM gd._bad_argument('time_zone must not be NULL');
+    END IF;
+    first_tick := gd._cron_next(cron, time_zone, clock_timestamp());   -- checks both (22023)
+    IF fsm IS NULL THEN
+        PERFORM gd._bad_argument('fsm must not be NULL');
+    END IF;
+    PERFORM gd._newest_fsm(fsm);
+    PERFORM gd._check_may_use(caller, fsm);
+    PERFORM gd._check_json(state, 'object', 'state must be a JSON object');
+    IF queue IS NOT NULL THEN
+        PERFORM gd._known_queue(queue);
+    END IF;
+    IF priority IS NULL THEN
+        PERFORM gd._bad_argument('priority must not be NULL');
+    END IF;
+    IF overlap IS NULL OR overlap NOT IN ('allow', 'skip', 'buffer_one') THEN
+        PERFORM gd._bad_argument(format('overlap must be allow, skip or buffer_one, got %L', overlap));
+    END IF;
+    IF catch_up IS NULL OR catch_up NOT IN ('none', 'latest', 'all') THEN
+        PERFORM gd._bad_argument(format('catch_up must be none, latest or all, got %L', catch_up));
+    END IF;
+    IF enabled IS NULL THEN
+        PERFORM gd._bad_argument('enabled must not be NULL');
+    END IF;
+    PERFORM FROM gd._schedules s WHERE s.name = _schedule.name;
+    IF FOUND THEN
+        existing := gd._own_schedule(name);
+    END IF;
+    -- A replacement keeping the timing keeps its place: a tick due now still fires.
+    keep_next := existing.name IS NOT NULL AND existing.enabled
+                 AND existing.cron = cron AND existing.time_zone = time_zone;
+    INSERT INTO gd._schedules AS s (name, owner, cron, time_zone, fsm, state, queue, priority, overlap, catch_up,
+                                    enabled, next_run_at)
+    VALUES (name, caller, cron, time_zone, fsm, state, queue, priority, overlap, catch_up, enabled, first_tick)
+    ON CONFLICT ON CONSTRAINT _schedules_pkey DO UPDATE
+       SET cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, fsm = EXCLUDED.fsm, state = EXCLUDED.state,
+           queue = EXCLUDED.queue, priority = EXCLUDED.priority, overlap = EXCLUDED.overlap,
+           catch_up = EXCLUDED.catch_up, enabled = EXCLUDED.enabled,
+           next_run_at = CASE WHEN keep_next THEN s.next_run_at ELSE EXCLUDED.next_run_at END,
+           buffered_at = CASE WHEN EXCLUDED.overlap = 'buffer_one' THEN s.buffered_at END;
+    PERFORM gd._wake_reaper_on_commit();
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.gd_unschedule(name text) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE OR REPLACE FUNCTION gd._unschedule(name text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM FROM gd._schedules s WHERE s.name = _unschedule.name;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM gd._own_schedule(name);
+    DELETE FROM gd._schedules s WHERE s.name = _unschedule.name;
+    RETURN true;
+END $$;
+
+-- Pausing keeps the schedule and fires nothing; resuming fires from the
+-- next tick on (none of those the pause passed over).  True when it changed.
+CREATE OR REPLACE FUNCTION @extschema@.gd_pause_schedule(name text) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE OR REPLACE FUNCTION @extschema@.gd_resume_schedule(name text) RETURNS boolean
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE OR REPLACE FUNCTION gd._set_schedule_enabled(schedule_name text, enable boolean) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    target gd._schedules := gd._own_schedule(schedule_name);
+BEGIN
+    IF target.enabled = enable THEN
+        RETURN false;
+    END IF;
+    UPDATE gd._schedules s
+       SET enabled = enable,
+           next_run_at = CASE WHEN enable THEN gd._cron_next(s.cron, s.time_zone, clock_timestamp())
+                              ELSE s.next_run_at END,
+           buffered_at = NULL
+     WHERE s.name = schedule_name;
+    PERFORM gd._wake_reaper_on_commit();
+    RETURN true;
+END $$;
+CREATE OR REPLACE FUNCTION gd._pause_schedule(name text) RETURNS boolean
+LANGUAGE sql AS $$ SELECT gd._set_schedule_enabled(name, false) $$;
+CREATE OR REPLACE FUNCTION gd._resume_schedule(name text) RETURNS boolean
+LANGUAGE sql AS $$ SELECT gd._set_schedule_enabled(name, true) $$;
+
+-- ---------------------------------------------------------------------------
+-- The reaper's part
+-- ---------------------------------------------------------------------------
+
+-- Start the instance of one tick; its id, or NULL when the tick had started
+-- already (its key is taken) or could not start (last_error says why).
+CREATE OR REPLACE FUNCTION gd._start_tick(INOUT schedule gd._schedules, tick timestamptz, OUT instance_id bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    instance_id := gd._insert_instance(
+        schedule.owner, schedule.fsm, schedule.state || jsonb_build_object('scheduled_at', gd._tick_text(tick)),
+        NULL, schedule.queue, schedule.priority, NULL,
+        format('schedule:%s:%s', schedule.name, gd._tick_text(tick)),
+        gd._live_statuses() || gd._terminal_statuses(), NULL, 1, NULL, NULL, 'skip');
+    IF instance_id IS NOT NULL THEN
+        schedule.runs := schedule.runs + 1;
+        schedule.last_run_at := tick;
+        schedule.last_instance_id := instance_id;
+        schedule.last_error := NULL;
+    END IF;
+EXCEPTION WHEN OTHERS THEN
+    -- The owner lost the right to the FSM, the FSM or the queue went, ...: the tick is skipped, the schedule goes on.
+    schedule.skipped := schedule.skipped + 1;
+    schedule.last_error := SQLERRM;
+    RAISE WARNING 'gen_durable: schedule % skipped its tick %: %', quote_literal(schedule.name), gd._tick_text(tick),
+        SQLERRM;
+END $$;
+
+-- Is the newest instance this schedule started still live?
+CREATE OR REPLACE FUNCTION gd._schedule_busy(schedule gd._schedules) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT schedule.last_instance_id IS NOT NULL
+       AND EXISTS (SELECT FROM gd._instances i
+                    WHERE i.id = schedule.last_instance_id AND i.status = ANY (gd._live_statuses()))
+$$;
+
+-- Fire due ticks: for up to `batch` schedules, the first tick due by `at`
+-- (and, for ticks before `serving_since` — missed while no reaper served
+-- this database — what catch_up says), then the ticks buffer_one held back
+-- whose previous instance has ended.  Each schedule's row says how far it
+-- got, in the same transaction as the instances.  Returns how many
+-- schedules it fired or skipped: `batch` means there may be more.
+CREATE OR REPLACE FUNCTION gd._fire_schedules(at timestamptz, serving_since timestamptz, batch int DEFAULT 500)
+RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    schedule gd._schedules;
+    ticks timestamptz[];
+    tick timestamptz;
+    missed record;
+    fired int := 0;
+    started bigint;
+BEGIN
+    FOR schedule IN
+        SELECT * FROM gd._schedules s WHERE s.enabled AND s.next_run_at <= at
+         ORDER BY s.next_run_at LIMIT batch FOR UPDATE SKIP LOCKED
+    LOOP
+        IF schedule.next_run_at < serving_since THEN
+            missed := gd._cron_missed(schedule.cron, schedule.time_zone, schedule.next_run_at, serving_since,
+                                      CASE schedule.catch_up WHEN 'none' THEN 0 WHEN 'latest' THEN 1 ELSE 1000 END);
+            ticks := missed.kept;
+            schedule.skipped := schedule.skipped + missed.total - cardinality(ticks);
+            schedule.next_run_at := gd._cron_next(schedule.cron, schedule.time_zone, serving_since - interval '1 microsecond');
+        ELSE
+            ticks := ARRAY[schedule.next_run_at];
+            schedule.next_run_at := gd._cron_next(schedule.cron, schedule.time_zone, schedule.next_run_at);
+        END IF;
+        FOREACH tick IN ARRAY ticks LOOP
+            IF schedule.overlap <> 'allow' AND gd._schedule_busy(schedule) THEN
+                IF schedule.overlap = 'buffer_one' AND schedule.buffered_at IS NULL THEN
+                    schedule.buffered_at := tick;
+                ELSE
+                    schedule.skipped := schedule.skipped + 1;
+                END IF;
+                CONTINUE;
+            END IF;
+            schedule := (gd._start_tick(schedule, tick)).schedule;
+        END LOOP;
+        UPDATE gd._schedules s
+           SET next_run_at = schedule.next_run_at, last_run_at = schedule.last_run_at,
+               last_instance_id = schedule.last_instance_id, buffered_at = schedule.buffered_at,
+               runs = schedule.runs, skipped = schedule.skipped, last_error = schedule.last_error
+         WHERE s.name = schedule.name;
+        fired := fired + 1;
+    END LOOP;
+
+    FOR schedule IN
+        SELECT * FROM gd._schedules s WHERE s.buffered_at IS NOT NULL AND s.enabled
+         FOR UPDATE SKIP LOCKED
+    LOOP
+        CONTINUE WHEN gd._schedule_busy(schedule);
+        schedule := (gd._start_tick(schedule, schedule.buffered_at)).schedule;
+        UPDATE gd._schedules s
+           SET last_run_at = schedule.last_run_at, last_instance_id = schedule.last_instance_id, buffered_at = NULL,
+               runs = schedule.runs, skipped = schedule.skipped, last_error = schedule.last_error
+         WHERE s.name = schedule.name;
+    END LOOP;
+    RETURN fired;
+END $$;
+
+-- When the reaper must fire next: the earliest tick of an enabled schedule
+-- (NULL: none).  A held-back tick is looked at every round.
+CREATE OR REPLACE FUNCTION gd._next_tick_due() RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT min(s.next_run_at) FROM gd._schedules s WHERE s.enabled
+$$;
