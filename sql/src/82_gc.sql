@@ -2,20 +2,24 @@
 -- Garbage collection: finished instances and idle buckets; early vacuum of the hot tables
 -- ---------------------------------------------------------------------------
 
--- GC: terminal instances that finished longer than `retention` ago, with
--- their signals, in one small batch; returns how many instances went.  A
--- child is kept while its parent is live (the parent's join reads it).
+-- GC: terminal instances that finished longer than `retention` ago, and not
+-- before `after`, with their signals, in one small batch; returns how many
+-- instances went and the latest finished_at among them.  A child is kept
+-- while its parent is live (the parent's join reads it).  The collector
+-- passes the previous batch's latest as `after`: the index entries before it
+-- are of rows it deleted, which a held MVCC horizon keeps in the index, and
+-- each batch would walk them all again.
 CREATE INDEX IF NOT EXISTS instances_finished ON gd._instances (finished_at)
     WHERE status IN ('done', 'failed', 'cancelled');
 
-CREATE OR REPLACE FUNCTION gd._gc(retention interval, batch int DEFAULT 1000) RETURNS int
+CREATE OR REPLACE FUNCTION gd._gc(retention interval, batch int DEFAULT 1000, after timestamptz DEFAULT '-infinity',
+                                  OUT swept int, OUT last_finished timestamptz)
 LANGUAGE plpgsql AS $$
-DECLARE
-    swept int;
 BEGIN
     WITH victims AS (
-        SELECT i.id FROM gd._instances i
+        SELECT i.id, i.finished_at FROM gd._instances i
          WHERE i.status IN ('done', 'failed', 'cancelled') AND i.finished_at < clock_timestamp() - retention
+           AND i.finished_at >= after
            AND (i.parent_id IS NULL OR NOT EXISTS (
                    SELECT FROM gd._instances p
                     WHERE p.id = i.parent_id
@@ -23,9 +27,10 @@ BEGIN
          ORDER BY i.finished_at LIMIT batch
          FOR UPDATE SKIP LOCKED),
     signals_gone AS (
-        DELETE FROM gd._signals s USING victims v WHERE s.instance_id = v.id)
-    DELETE FROM gd._instances i USING victims v WHERE i.id = v.id;
-    GET DIAGNOSTICS swept = ROW_COUNT;
+        DELETE FROM gd._signals s USING victims v WHERE s.instance_id = v.id),
+    gone AS (
+        DELETE FROM gd._instances i USING victims v WHERE i.id = v.id RETURNING v.finished_at)
+    SELECT count(*), max(gone.finished_at) INTO swept, last_finished FROM gone;
     PERFORM gd._count('gc_swept', swept);
     -- Token buckets nobody has used for longer than the retention and that
     -- have refilled (a new one would be the same), or whose limit is gone.
@@ -38,7 +43,6 @@ BEGIN
                        OR (coalesce(k.reserved_until, k.refilled_at) < clock_timestamp()
                            AND k.refilled_at + (l.burst - k.tokens) * l.per / l.rate < clock_timestamp()))
                 LIMIT batch FOR UPDATE OF k SKIP LOCKED);
-    RETURN swept;
 END $$;
 
 -- Hot, update-heavy queue tables: vacuum them early and without throttling,

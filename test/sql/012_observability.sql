@@ -79,12 +79,12 @@ UPDATE gd._instances SET status = 'awaiting_children' WHERE id = :live_id;
 UPDATE gd._instances SET status = 'done', finished_at = now() - interval '2 days' WHERE id IN (:old_id, :child_id);
 UPDATE gd._instances SET status = 'done', finished_at = now() WHERE id = :recent_id;
 SELECT gd_stats_reset();
-SELECT gd._gc(interval '1 day') <= 1 AS swept_at_most_one;
+SELECT (gd._gc(interval '1 day')).swept <= 1 AS swept_at_most_one;
 SELECT correlation_key, status FROM gd.instances WHERE fsm = 'obs' ORDER BY 1;
 SELECT (SELECT count FROM gd.stats WHERE event = 'gc_swept') >= 1 AS gc_swept_counted;
 SELECT count(*) AS signals_left_of_swept FROM gd.signals WHERE instance_id = :old_id;
-SELECT gd._gc(interval '1 day') AS swept_again;
+SELECT (gd._gc(interval '1 day')).swept AS swept_again;
 -- Once the parent has ended, its old children go too.
 UPDATE gd._instances SET status = 'cancelled', finished_at = now() WHERE id = :live_id;
-SELECT gd._gc(interval '1 day') AS children_swept;
+SELECT (gd._gc(interval '1 day')).swept AS children_swept;
 SELECT correlation_key, status FROM gd.instances WHERE fsm = 'obs' ORDER BY 1;

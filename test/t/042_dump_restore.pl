@@ -53,6 +53,7 @@ SELECT gd_define_step('child', 'c', 'child_h(jsonb, gd.context)'::regprocedure);
 SELECT gd_grant('flow', 'reader');
 SELECT gd_set_rate_limit('api', 100, '1 second');
 SELECT gd_set_concurrency_limit('pool', 3);
+SELECT gd_schedule('yearly_child', '@yearly', 'child', time_zone => 'Europe/Berlin', enabled => false);
 });
 
 my %id;
@@ -102,6 +103,8 @@ for my $db ('from_custom', 'from_plain')
 	is($q->(q{SELECT string_agg(name || ' ' || rate || '/' || per, ',') FROM gd.rate_limits}) . ' '
 		. $q->(q{SELECT string_agg(name || ' ' || max, ',') FROM gd.concurrency_limits}),
 		'api 100/00:00:01 pool 3', "$db: the limits");
+	is($q->(q{SELECT name || ' ' || cron || ' ' || time_zone || ' ' || owner || ' ' || enabled FROM gd.schedules}),
+		'yearly_child @yearly Europe/Berlin postgres false', "$db: the schedule");
 	# The runnable and scheduled instances run step a and park on 'go', as the parked one is.
 	$target->poll_query_until($db, qq{
 		SELECT count(*) = 3 FROM gd._instances

@@ -27,7 +27,7 @@ BEGIN
     RETURN gd_done();
 END $$;
 SELECT gd_define_fsm('tick', initial => 'record',
-                     steps => '{"record": {"handler": "record_tick(jsonb, gd.context)"}}');
+                     steps => '{"record": {"handler": "public.record_tick(jsonb, gd.context)"}}');
 });
 
 # How the ticks of a schedule lie: count, distinct, span in seconds, largest gap.
