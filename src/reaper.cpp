@@ -12,6 +12,7 @@
 #include "stats.hpp"
 
 extern "C" {
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -23,21 +24,58 @@ namespace {
 constexpr int WAITS_PER_ROUND = 500;
 constexpr int LEASES_PER_ROUND = 100;
 constexpr int SCHEDULES_PER_ROUND = 500;
+constexpr int SCHEDULES_PER_CAREFUL_ROUND = 50; /* a subtransaction each: stay within a backend's cache of them */
 
-/* Fire the schedules' due ticks; true when a full batch may leave more. */
+/* Fire up to `batch` schedules' due ticks (gd._fire_schedules); returns how many. */
+int fire_due_ticks(TimestampTz serving_since, int batch, bool carefully)
+{
+    static SPIPlanPtr fire_plan = nullptr;
+    Datum args[4] = {TimestampTzGetDatum(GetCurrentTimestamp()), TimestampTzGetDatum(serving_since),
+                     Int32GetDatum(batch), BoolGetDatum(carefully)};
+    if (gd_run_kept(fire_plan, "SELECT gd._fire_schedules($1, $2, $3, $4)",
+                    {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, BOOLOID}, args, false, 1) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: firing the schedules failed");
+    bool isnull;
+    return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * Fire the schedules' due ticks; true when a full batch may leave more.  The
+ * fast way first, in a subtransaction: if a tick raised there, the batch is
+ * rolled back and fired again carefully, the tick skipped with its error.
+ */
 bool fire_schedules()
 {
     /* Ticks before this reaper began were missed while none served the database: catch_up decides. */
     static TimestampTz serving_since = GetCurrentTimestamp();
-    static SPIPlanPtr fire_plan = nullptr;
-    Datum args[3] = {TimestampTzGetDatum(GetCurrentTimestamp()), TimestampTzGetDatum(serving_since),
-                     Int32GetDatum(SCHEDULES_PER_ROUND)};
-    if (gd_run_kept(fire_plan, "SELECT gd._fire_schedules($1, $2, $3)", {TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID},
-                    args, false, 1) != SPI_OK_SELECT)
-        elog(ERROR, "gen_durable: firing the schedules failed");
-    bool isnull;
-    return DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) ==
-           SCHEDULES_PER_ROUND;
+    MemoryContext round_context = CurrentMemoryContext;
+    ResourceOwner round_owner = CurrentResourceOwner;
+    volatile int fired = 0;
+    bool raised = false;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(round_context);
+    PG_TRY();
+    {
+        fired = fire_due_ticks(serving_since, SCHEDULES_PER_ROUND, false);
+        ReleaseCurrentSubTransaction();
+    }
+    PG_CATCH();
+    {
+        MemoryContextSwitchTo(round_context);
+        ErrorData *error = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+        ereport(LOG, (errmsg("gen_durable: firing schedules raised, firing them again one tick at a time: %s",
+                             error->message)));
+        FreeErrorData(error);
+        raised = true;
+    }
+    PG_END_TRY();
+    MemoryContextSwitchTo(round_context);
+    CurrentResourceOwner = round_owner;
+    if (raised)
+        return fire_due_ticks(serving_since, SCHEDULES_PER_CAREFUL_ROUND, true) == SCHEDULES_PER_CAREFUL_ROUND;
+    return fired == SCHEDULES_PER_ROUND;
 }
 
 /* Waits whose deadline passed resume with ctx.timed_out; returns how many. */

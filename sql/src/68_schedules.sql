@@ -179,11 +179,41 @@ LANGUAGE sql AS $$ SELECT gd._set_schedule_enabled(name, true) $$;
 -- The reaper's part
 -- ---------------------------------------------------------------------------
 
+-- Why a tick of the schedule cannot start now (its owner lost the right
+-- to the FSM, the FSM or the queue went, ...), or NULL: the failures
+-- gd._insert_instance would raise, found without raising.
+CREATE OR REPLACE FUNCTION gd._tick_blocked(schedule gd._schedules) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN NOT EXISTS (SELECT FROM gd._fsms f JOIN gd._steps s
+                                  ON s.fsm = f.name AND s.version = f.version AND s.step = f.initial_step
+                          WHERE f.name = schedule.fsm)
+            THEN format('gen_durable: FSM %L has no version that can start', schedule.fsm)
+        WHEN NOT gd._may_use(schedule.owner, schedule.fsm)
+            THEN format('gen_durable: permission denied for FSM %L to role %s', schedule.fsm, schedule.owner)
+        WHEN schedule.queue IS NOT NULL AND NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = schedule.queue)
+             AND NOT schedule.queue = ANY (gd.configured_queues())
+            THEN format('gen_durable: unknown queue %L', schedule.queue)
+    END
+$$;
+
 -- Start the instance of one tick; its id, or NULL when the tick had started
--- already (its key is taken) or could not start (last_error says why).
+-- already (its key is taken) or cannot start (skipped: last_error says why).
+-- No subtransaction: thousands a round would overflow each backend's cache
+-- of them; what could raise is looked at first (gd._tick_blocked), and the
+-- rare rest makes the reaper fire that round again carefully (below).
 CREATE OR REPLACE FUNCTION gd._start_tick(INOUT schedule gd._schedules, tick timestamptz, OUT instance_id bigint)
 LANGUAGE plpgsql AS $$
+DECLARE
+    blocked text := gd._tick_blocked(schedule);
 BEGIN
+    IF blocked IS NOT NULL THEN
+        schedule.skipped := schedule.skipped + 1;
+        schedule.last_error := blocked;
+        RAISE WARNING 'gen_durable: schedule % skipped its tick %: %', quote_literal(schedule.name),
+            gd._tick_text(tick), blocked;
+        RETURN;
+    END IF;
     instance_id := gd._insert_instance(
         schedule.owner, schedule.fsm, schedule.state || jsonb_build_object('scheduled_at', gd._tick_text(tick)),
         NULL, schedule.queue, schedule.priority, NULL,
@@ -195,8 +225,19 @@ BEGIN
         schedule.last_instance_id := instance_id;
         schedule.last_error := NULL;
     END IF;
+END $$;
+
+-- The same, any error skipping the tick (a subtransaction each).
+CREATE OR REPLACE FUNCTION gd._start_tick_carefully(INOUT schedule gd._schedules, tick timestamptz,
+                                                    OUT instance_id bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    started record;
+BEGIN
+    SELECT * INTO started FROM gd._start_tick(schedule, tick);
+    schedule := started.schedule;
+    instance_id := started.instance_id;
 EXCEPTION WHEN OTHERS THEN
-    -- The owner lost the right to the FSM, the FSM or the queue went, ...: the tick is skipped, the schedule goes on.
     schedule.skipped := schedule.skipped + 1;
     schedule.last_error := SQLERRM;
     RAISE WARNING 'gen_durable: schedule % skipped its tick %: %', quote_literal(schedule.name), gd._tick_text(tick),
@@ -217,7 +258,10 @@ $$;
 -- whose previous instance has ended.  Each schedule's row says how far it
 -- got, in the same transaction as the instances.  Returns how many
 -- schedules it fired or skipped: `batch` means there may be more.
-CREATE OR REPLACE FUNCTION gd._fire_schedules(at timestamptz, serving_since timestamptz, batch int DEFAULT 500)
+-- `carefully`: each tick in a subtransaction of its own, any error skipping
+-- it (the reaper's second try when a round raised; keep `batch` small).
+CREATE OR REPLACE FUNCTION gd._fire_schedules(at timestamptz, serving_since timestamptz, batch int DEFAULT 500,
+                                              carefully boolean DEFAULT false)
 RETURNS int LANGUAGE plpgsql AS $$
 DECLARE
     schedule gd._schedules;
@@ -250,7 +294,8 @@ BEGIN
                 END IF;
                 CONTINUE;
             END IF;
-            schedule := (gd._start_tick(schedule, tick)).schedule;
+            schedule := CASE WHEN carefully THEN (gd._start_tick_carefully(schedule, tick)).schedule
+                             ELSE (gd._start_tick(schedule, tick)).schedule END;
         END LOOP;
         UPDATE gd._schedules s
            SET next_run_at = schedule.next_run_at, last_run_at = schedule.last_run_at,
@@ -262,10 +307,11 @@ BEGIN
 
     FOR schedule IN
         SELECT * FROM gd._schedules s WHERE s.buffered_at IS NOT NULL AND s.enabled
-         FOR UPDATE SKIP LOCKED
+         LIMIT batch FOR UPDATE SKIP LOCKED
     LOOP
         CONTINUE WHEN gd._schedule_busy(schedule);
-        schedule := (gd._start_tick(schedule, schedule.buffered_at)).schedule;
+        schedule := CASE WHEN carefully THEN (gd._start_tick_carefully(schedule, schedule.buffered_at)).schedule
+                         ELSE (gd._start_tick(schedule, schedule.buffered_at)).schedule END;
         UPDATE gd._schedules s
            SET last_run_at = schedule.last_run_at, last_instance_id = schedule.last_instance_id, buffered_at = NULL,
                runs = schedule.runs, skipped = schedule.skipped, last_error = schedule.last_error

@@ -189,6 +189,26 @@ SELECT count(*) = count(DISTINCT correlation_key) AS one_instance_per_tick,
            AS whole_seconds
   FROM gd._instances WHERE correlation_key LIKE 'schedule:every_second:%';
 
+-- A tick whose insert raises (here a trigger an administrator put on the
+-- table) makes the fast way raise; the reaper then fires the round again
+-- carefully, each tick in a subtransaction: that one is skipped with its
+-- error, the others fire.
+CREATE FUNCTION pg_temp.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state ? 'poison' THEN
+        RAISE EXCEPTION 'poisoned tick';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_poison BEFORE INSERT ON gd._instances FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse_poison();
+SELECT gd_schedule('poisoned', '* * * * *', 'report', '{"poison": true}', enabled => false);
+SELECT t.try($$SELECT gd._fire_schedules('2031-01-01 00:00:30Z', '2030-01-01Z')$$) AS fast_way_raises
+  FROM pg_temp.fire('poisoned', '2031-01-01 00:00Z', '2030-12-31Z');   -- (enabled, not yet due)
+SELECT gd._fire_schedules('2031-01-01 00:00:30Z', '2030-01-01Z', 50, carefully => true) >= 1 AS fired_carefully;
+SELECT runs, skipped, last_error FROM gd.schedules WHERE name = 'poisoned';
+DROP TRIGGER refuse_poison ON gd._instances;
+SELECT gd_unschedule('poisoned');
+
 -- ---------------------------------------------------------------- whose schedules
 CREATE ROLE regress_gd_scheduler;
 CREATE ROLE regress_gd_stranger;
