@@ -129,6 +129,32 @@ cmp_ok($gap, '>=', 3, "overlap skip: ticks $gap s apart with a 2.5 s step");
 ($runs, $skipped) = schedule_counts($node, 'slow');
 cmp_ok($skipped, '>=', 2 * ($runs - 1), "overlap skip: $skipped ticks skipped for $runs started");
 
+# ------------------------------------------------------------ a tick that raises
+# The reaper's round raises, is fired again one tick at a time: the poisoned
+# tick is skipped with its error, the healthy schedule misses nothing.
+$node->safe_psql('postgres', q{
+CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state ? 'poison' THEN
+        RAISE EXCEPTION 'poisoned tick';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_poison BEFORE INSERT ON gd._instances FOR EACH ROW EXECUTE FUNCTION refuse_poison();
+SELECT gd_schedule('poisoned', '@every 1 second', 'tick', '{"schedule": "poisoned", "poison": true}');
+SELECT gd_schedule('healthy', '@every 1 second', 'tick', '{"schedule": "healthy"}');});
+wait_ticks($node, 'healthy', 4);
+$node->safe_psql('postgres', q{
+SELECT gd_pause_schedule('poisoned'), gd_pause_schedule('healthy');
+DROP TRIGGER refuse_poison ON gd._instances;});
+($count, $distinct, $span) = split /\|/, tick_shape($node, 'healthy');
+is($span, $count - 1, "a poisoned neighbour: the healthy schedule started all its $count ticks");
+my ($poison_runs, $poison_skipped, $poison_error) = split /\|/, $node->safe_psql('postgres',
+	q{SELECT runs, skipped, last_error FROM gd.schedules WHERE name = 'poisoned'});
+is($poison_runs, '0', 'the poisoned schedule started nothing');
+cmp_ok($poison_skipped, '>=', 3, "it skipped its $poison_skipped ticks");
+is($poison_error, 'poisoned tick', 'with the error');
+
 # ------------------------------------------------------------ promotion of a standby
 $node->safe_psql('postgres', q{
 SELECT gd_schedule('failover', '@every 1 second', 'tick', '{"schedule": "failover"}')});
