@@ -24,7 +24,7 @@ namespace {
 constexpr int WAITS_PER_ROUND = 500;
 constexpr int LEASES_PER_ROUND = 100;
 constexpr int SCHEDULES_PER_ROUND = 500;
-constexpr int SCHEDULES_PER_CAREFUL_ROUND = 50; /* a subtransaction each: stay within a backend's cache of them */
+constexpr int SCHEDULES_PER_CAREFUL_ROUND = 20; /* subtransactions each: stay within a backend's cache of them */
 
 /* Fire up to `batch` schedules' due ticks (gd._fire_schedules); returns how many. */
 int fire_due_ticks(TimestampTz serving_since, int batch, bool carefully)

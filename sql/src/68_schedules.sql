@@ -304,22 +304,59 @@ BEGIN
     RETURN coalesce(cardinality(names), 0);
 END $$;
 
--- Fire due ticks: for up to `batch` schedules, the first tick due by `at`
--- (and, for ticks before `serving_since` — missed while no reaper served
--- this database — what catch_up says), then the ticks buffer_one held back
--- whose previous instance has ended.  Each schedule's row says how far it
--- got, in the same transaction as the instances.  Returns how many
--- schedules it fired or skipped: `batch` means there may be more.
--- `carefully`: each tick in a subtransaction of its own, any error skipping
--- it (the reaper's second try when a round raised; keep `batch` small).
+-- Fire one due schedule's tick (and, for ticks before `serving_since` —
+-- missed while no reaper served this database — what catch_up says), and
+-- write down how far it got.
+CREATE OR REPLACE FUNCTION gd._fire_schedule(schedule gd._schedules, serving_since timestamptz, carefully boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    ticks timestamptz[];
+    tick timestamptz;
+    missed record;
+BEGIN
+    IF schedule.next_run_at < serving_since THEN
+        missed := gd._cron_missed(schedule.cron, schedule.time_zone, schedule.next_run_at, serving_since,
+                                  CASE schedule.catch_up WHEN 'none' THEN 0 WHEN 'latest' THEN 1 ELSE 1000 END);
+        ticks := missed.kept;
+        schedule.skipped := schedule.skipped + missed.total - cardinality(ticks);
+        schedule.next_run_at := gd._cron_next(schedule.cron, schedule.time_zone, serving_since - interval '1 microsecond');
+    ELSE
+        ticks := ARRAY[schedule.next_run_at];
+        schedule.next_run_at := gd._cron_next(schedule.cron, schedule.time_zone, schedule.next_run_at);
+    END IF;
+    FOREACH tick IN ARRAY ticks LOOP
+        IF schedule.overlap <> 'allow' AND gd._schedule_busy(schedule) THEN
+            IF schedule.overlap = 'buffer_one' AND schedule.buffered_at IS NULL THEN
+                schedule.buffered_at := tick;
+            ELSE
+                schedule.skipped := schedule.skipped + 1;
+            END IF;
+            CONTINUE;
+        END IF;
+        schedule := CASE WHEN carefully THEN (gd._start_tick_carefully(schedule, tick)).schedule
+                         ELSE (gd._start_tick(schedule, tick)).schedule END;
+    END LOOP;
+    UPDATE gd._schedules s
+       SET next_run_at = schedule.next_run_at, last_run_at = schedule.last_run_at,
+           last_instance_id = schedule.last_instance_id, buffered_at = schedule.buffered_at,
+           runs = schedule.runs, skipped = schedule.skipped, last_error = schedule.last_error
+     WHERE s.name = schedule.name;
+END $$;
+
+-- Fire due ticks: for up to `batch` schedules, their due tick (the common
+-- case set-wise, gd._fire_plain_ticks; the others one by one), then the
+-- ticks buffer_one held back whose previous instance has ended.  Each
+-- schedule's row says how far it got, in the same transaction as the
+-- instances.  Returns how many schedules it fired or skipped: `batch` means
+-- there may be more.  `carefully`: each schedule and each tick in a
+-- subtransaction of its own, a tick's error skipping the tick, any other
+-- (its next tick cannot be computed) pausing the schedule — the reaper's
+-- second try when a round raised; keep `batch` small.
 CREATE OR REPLACE FUNCTION gd._fire_schedules(at timestamptz, serving_since timestamptz, batch int DEFAULT 500,
                                               carefully boolean DEFAULT false)
 RETURNS int LANGUAGE plpgsql AS $$
 DECLARE
     schedule gd._schedules;
-    ticks timestamptz[];
-    tick timestamptz;
-    missed record;
     fired int := 0;
 BEGIN
     IF NOT carefully THEN
@@ -329,33 +366,16 @@ BEGIN
         SELECT * FROM gd._schedules s WHERE s.enabled AND s.next_run_at <= at
          ORDER BY s.next_run_at LIMIT batch - fired FOR UPDATE SKIP LOCKED
     LOOP
-        IF schedule.next_run_at < serving_since THEN
-            missed := gd._cron_missed(schedule.cron, schedule.time_zone, schedule.next_run_at, serving_since,
-                                      CASE schedule.catch_up WHEN 'none' THEN 0 WHEN 'latest' THEN 1 ELSE 1000 END);
-            ticks := missed.kept;
-            schedule.skipped := schedule.skipped + missed.total - cardinality(ticks);
-            schedule.next_run_at := gd._cron_next(schedule.cron, schedule.time_zone, serving_since - interval '1 microsecond');
+        IF NOT carefully THEN
+            PERFORM gd._fire_schedule(schedule, serving_since, false);
         ELSE
-            ticks := ARRAY[schedule.next_run_at];
-            schedule.next_run_at := gd._cron_next(schedule.cron, schedule.time_zone, schedule.next_run_at);
+            BEGIN
+                PERFORM gd._fire_schedule(schedule, serving_since, true);
+            EXCEPTION WHEN OTHERS THEN
+                UPDATE gd._schedules s SET enabled = false, last_error = SQLERRM WHERE s.name = schedule.name;
+                RAISE WARNING 'gen_durable: schedule % paused: %', quote_literal(schedule.name), SQLERRM;
+            END;
         END IF;
-        FOREACH tick IN ARRAY ticks LOOP
-            IF schedule.overlap <> 'allow' AND gd._schedule_busy(schedule) THEN
-                IF schedule.overlap = 'buffer_one' AND schedule.buffered_at IS NULL THEN
-                    schedule.buffered_at := tick;
-                ELSE
-                    schedule.skipped := schedule.skipped + 1;
-                END IF;
-                CONTINUE;
-            END IF;
-            schedule := CASE WHEN carefully THEN (gd._start_tick_carefully(schedule, tick)).schedule
-                             ELSE (gd._start_tick(schedule, tick)).schedule END;
-        END LOOP;
-        UPDATE gd._schedules s
-           SET next_run_at = schedule.next_run_at, last_run_at = schedule.last_run_at,
-               last_instance_id = schedule.last_instance_id, buffered_at = schedule.buffered_at,
-               runs = schedule.runs, skipped = schedule.skipped, last_error = schedule.last_error
-         WHERE s.name = schedule.name;
         fired := fired + 1;
     END LOOP;
 
