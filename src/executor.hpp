@@ -121,6 +121,7 @@ struct Transition {
     bool moved;
     const char *route;
     int64 parent_id;         /* the instance's parent (0: none): woken when this one ends */
+    bool scheduled;          /* started by a schedule's tick: its end may start a held-back tick */
     Oid owner;               /* the instance's owner, in whose key space its concurrency key is */
     const char *concurrency_key; /* the instance's key (nullptr: none): room is made when it stops running */
     Datum wait_names;        /* awaiting_signal: text[] of names */

@@ -121,6 +121,11 @@ int64 interval_usecs(Datum value)
     pg_unreachable();
 }
 
+/* Did a schedule's tick start this instance (its correlation key is the tick's, sql/src/68_schedules.sql)? */
+bool started_by_schedule(const PickedInstance &row)
+{
+    return row.correlation_key != nullptr && strncmp(row.correlation_key, "schedule:", strlen("schedule:")) == 0;
+}
 
 Datum empty_object()
 {
@@ -199,6 +204,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     t.external = def.handler == InvalidOid; /* who runs the current step; gd_next says who runs the next */
     t.owner = row.owner;
     t.concurrency_key = row.concurrency_key;
+    t.scheduled = started_by_schedule(row);
     if (strcmp(kind, "next") == 0) {
         t.event = StatEvent::step_next;
         Datum step = GetAttributeByNum(outcome, OUTCOME_STEP, &isnull);
@@ -324,6 +330,7 @@ Transition gd_final_transition(const PickedInstance &row, Status status, Datum r
     t.parent_id = row.parent_id;
     t.owner = row.owner;
     t.concurrency_key = row.concurrency_key;
+    t.scheduled = started_by_schedule(row);
     t.event = status == Status::done     ? StatEvent::step_done
               : status == Status::failed ? StatEvent::step_stop
                                          : StatEvent::count_;
@@ -399,6 +406,8 @@ void after_transition(int64 id, const Transition &t)
     } else if (t.parent_id != 0 && (t.status == Status::done || t.status == Status::failed)) {
         gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
     }
+    if (t.scheduled && !gd_status_is_live(t.status))
+        gd_wake_reaper_at_commit(); /* a buffer_one schedule may hold a tick back until this one ends */
     bool still_running = t.status == Status::runnable || t.status == Status::executing;
     if (t.concurrency_key != nullptr && !still_running)
         remember_key_to_release(t.owner, t.concurrency_key);

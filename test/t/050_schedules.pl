@@ -129,6 +129,27 @@ cmp_ok($gap, '>=', 3, "overlap skip: ticks $gap s apart with a 2.5 s step");
 ($runs, $skipped) = schedule_counts($node, 'slow');
 cmp_ok($skipped, '>=', 2 * ($runs - 1), "overlap skip: $skipped ticks skipped for $runs started");
 
+# ------------------------------------------------------------ overlap = buffer_one
+# A tick held back starts when the previous instance ends: the reaper is
+# woken by that commit (its longest sleep is made 10 s here, the period 4 s).
+$node->safe_psql('postgres', q{
+ALTER SYSTEM SET gen_durable.reaper_interval = '10s';
+SELECT pg_reload_conf();
+SELECT gd_schedule('buffered', '*/4 * * * * *', 'tick', '{"schedule": "buffered", "sleep": 5}',
+                   overlap => 'buffer_one')});
+wait_ticks($node, 'buffered', 3);
+$node->safe_psql('postgres', q{
+SELECT gd_pause_schedule('buffered');
+ALTER SYSTEM RESET gen_durable.reaper_interval;
+SELECT pg_reload_conf();});
+my ($earliest, $handover) = split /\|/, $node->safe_psql('postgres', q{
+SELECT min(extract(epoch FROM b.created_at - a.finished_at)), max(extract(epoch FROM b.created_at - a.finished_at))
+  FROM gd.instances a JOIN gd.instances b ON b.id = (SELECT min(c.id) FROM gd.instances c
+                                                    WHERE c.id > a.id AND c.correlation_key LIKE 'schedule:buffered:%')
+ WHERE a.correlation_key LIKE 'schedule:buffered:%' AND a.finished_at IS NOT NULL});
+cmp_ok($handover, '<', 1, sprintf('buffer_one: the held tick started %.3f s after the previous ended', $handover));
+cmp_ok($earliest, '>=', 0, 'buffer_one: each instance started after the previous one ended (5 s steps every 4 s)');
+
 # ------------------------------------------------------------ a tick that raises
 # The reaper's round raises, is fired again one tick at a time: the poisoned
 # tick is skipped with its error, the healthy schedule misses nothing.
