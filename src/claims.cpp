@@ -61,7 +61,9 @@ ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
 /* The failed transition of a claimed step whose definition was dropped. */
 Transition undefined_step_transition(const PickedInstance &row)
 {
-    return gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined");
+    Transition t = gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined");
+    t.claimed = true;
+    return t;
 }
 
 /* The error of a step whose lease expired. */

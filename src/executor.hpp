@@ -122,6 +122,10 @@ struct Transition {
     const char *route;
     int64 parent_id;         /* the instance's parent (0: none): woken when this one ends */
     bool scheduled;          /* started by a schedule's tick: its end may start a held-back tick */
+    const char *fsm;         /* the instance's FSM and version, and the step that ran (the event stream) */
+    int version;
+    const char *ran_step;
+    bool claimed;            /* the step that ran was an external worker's claim (else an executor's) */
     Oid owner;               /* the instance's owner, in whose key space its concurrency key is */
     const char *concurrency_key; /* the instance's key (nullptr: none): room is made when it stops running */
     Datum wait_names;        /* awaiting_signal: text[] of names */
@@ -203,6 +207,8 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
 Transition gd_final_transition(const PickedInstance &row, Status status, Datum result, Datum error);
 /* Failed without a retry, for what no retry can mend: {"sqlstate", "message", "step", "attempt"}. */
 Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const char *message);
+/* Emit a written transition into the WAL as a transactional logical decoding message (events.cpp). */
+void gd_emit_transition_event(int64 id, const Transition &t);
 /* At commit, NOTIFY gd_work, '<queue>' for external workers: once per transaction and queue (notify.cpp). */
 void gd_notify_external_at_commit(const char *queue);
 /*

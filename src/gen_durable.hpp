@@ -27,6 +27,8 @@ extern int gd_batch_size;          /* gen_durable.batch_size */
 extern int gd_batch_time_ms;       /* gen_durable.batch_time */
 extern int gd_reaper_interval_ms;  /* gen_durable.reaper_interval */
 extern int gd_gc_interval_ms;      /* gen_durable.gc_interval */
+enum GdEvents { GD_EVENTS_OFF, GD_EVENTS_TRANSITIONS };
+extern int gd_events;              /* gen_durable.events */
 
 void gd_define_settings();
 

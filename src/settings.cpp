@@ -21,6 +21,7 @@ int gd_retention_s = 24 * 3600;
 int gd_poll_interval_ms = 1000;
 int gd_batch_size = 64;
 int gd_batch_time_ms = 20;
+int gd_events = GD_EVENTS_OFF;
 int gd_reaper_interval_ms = 1000;
 int gd_gc_interval_ms = 60 * 1000;
 
@@ -163,5 +164,10 @@ void gd_define_settings()
     DefineCustomIntVariable("gen_durable.gc_interval", "Interval between garbage-collection sweeps.", nullptr,
                             &gd_gc_interval_ms, 60 * 1000, 10, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
                             nullptr);
+    static const struct config_enum_entry event_options[] = {
+        {"off", GD_EVENTS_OFF, false}, {"transitions", GD_EVENTS_TRANSITIONS, false}, {nullptr, 0, false}};
+    DefineCustomEnumVariable("gen_durable.events",
+                             "Emit each transition as a logical decoding message (prefix gen_durable).", nullptr,
+                             &gd_events, GD_EVENTS_OFF, event_options, PGC_SUSET, 0, nullptr, nullptr, nullptr);
     MarkGUCPrefixReserved("gen_durable");
 }

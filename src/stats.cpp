@@ -75,6 +75,12 @@ StatEvent gd_step_event(const char *kind)
     pg_unreachable();
 }
 
+const char *gd_step_kind(StatEvent event)
+{
+    int i = static_cast<int>(event);
+    return i >= 0 && i < GD_STAT_EVENTS && is_step_event(i) ? event_names[i] + strlen("step_") : nullptr;
+}
+
 /* gd.read_stats(): one row per event: event, count, total_ms, max_ms, since. */
 GD_SQL_FUNCTION(gd_stats)
 {

@@ -205,6 +205,10 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     t.owner = row.owner;
     t.concurrency_key = row.concurrency_key;
     t.scheduled = started_by_schedule(row);
+    t.fsm = row.fsm;
+    t.version = row.version;
+    t.ran_step = row.step;
+    t.claimed = def.handler == InvalidOid;
     if (strcmp(kind, "next") == 0) {
         t.event = StatEvent::step_next;
         Datum step = GetAttributeByNum(outcome, OUTCOME_STEP, &isnull);
@@ -331,6 +335,9 @@ Transition gd_final_transition(const PickedInstance &row, Status status, Datum r
     t.owner = row.owner;
     t.concurrency_key = row.concurrency_key;
     t.scheduled = started_by_schedule(row);
+    t.fsm = row.fsm;
+    t.version = row.version;
+    t.ran_step = row.step;
     t.event = status == Status::done     ? StatEvent::step_done
               : status == Status::failed ? StatEvent::step_stop
                                          : StatEvent::count_;
@@ -408,6 +415,8 @@ void after_transition(int64 id, const Transition &t)
     }
     if (t.scheduled && !gd_status_is_live(t.status))
         gd_wake_reaper_at_commit(); /* a buffer_one schedule may hold a tick back until this one ends */
+    if (gd_events == GD_EVENTS_TRANSITIONS)
+        gd_emit_transition_event(id, t);
     bool still_running = t.status == Status::runnable || t.status == Status::executing;
     if (t.concurrency_key != nullptr && !still_running)
         remember_key_to_release(t.owner, t.concurrency_key);
@@ -837,6 +846,7 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
     Transition t = gd_final_transition(row, row.attempt >= def.max_attempts ? Status::failed : Status::runnable, 0, error);
     t.event = StatEvent::step_retry;
     t.external = def.handler == InvalidOid; /* the same step: the same kind of runner */
+    t.claimed = t.external;
     t.keep_resume = true;                   /* the retried step sees what its first attempt saw */
     if (row.attempt >= def.max_attempts)
         return t;

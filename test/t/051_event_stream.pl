@@ -1,0 +1,73 @@
+# The transactional event stream (gen_durable.events = transitions): each
+# transition of a step is a logical decoding message (prefix gen_durable)
+# in its step's transaction. Read through a test_decoding slot: every
+# transition of a 3-step FSM arrives once, in order; a completion rolled
+# back emits nothing; with the setting off, nothing is emitted.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use GdTest;
+
+my $node = GdTest::start_node('events', wal_level => 'logical', max_replication_slots => 4,
+	'gen_durable.events' => 'transitions');
+$node->safe_psql('postgres', q{
+CREATE EXTENSION gen_durable;
+CREATE FUNCTION walk(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN CASE ctx.step WHEN 'a' THEN gd_next('b') WHEN 'b' THEN gd_next('c') ELSE gd_done('{"walked": true}') END;
+END $$;
+SELECT gd_define_fsm('walk', initial => 'a', steps => '{"a": {"handler": "public.walk(jsonb, gd.context)"},
+                                                        "b": {"handler": "public.walk(jsonb, gd.context)"},
+                                                        "c": {"handler": "public.walk(jsonb, gd.context)"}}');
+SELECT gd_define_fsm('outside', initial => 'work', queue => 'external_only');
+SELECT gd_define_step('outside', 'work');
+SELECT pg_create_logical_replication_slot('events', 'test_decoding');
+});
+
+# The messages of the slot since the last read: "step from>to kind" per event of instance $id.
+sub events_of
+{
+	my ($id) = @_;
+	my @lines = split /\n/, $node->safe_psql('postgres', q{
+SELECT substring(data FROM 'content:(.*)$') FROM pg_logical_slot_get_changes('events', NULL, NULL)
+ WHERE data LIKE 'message: transactional: 1 prefix: gen_durable,%'});
+	my @mine;
+	for my $json (@lines)
+	{
+		my ($event) = $node->safe_psql('postgres', qq{
+SELECT e->>'step' || ' ' || (e->>'from') || '>' || (e->>'to') || ' ' || (e->>'next_step') || ' ' || (e->>'kind')
+  FROM (SELECT '$json'::jsonb AS e) x WHERE (e->>'id')::bigint = $id AND e->>'fsm' IS NOT NULL AND e ? 'at'});
+		push @mine, $event if $event ne '';
+	}
+	return join(', ', @mine);
+}
+
+my $id = $node->safe_psql('postgres', q{SELECT gd_insert('walk')});
+$node->poll_query_until('postgres', "SELECT status = 'done' FROM gd.instances WHERE id = $id")
+  or die 'the instance did not finish';
+is(events_of($id), 'a runnable>runnable b next, b runnable>runnable c next, c runnable>done c done',
+	'every transition of a 3-step FSM, once, in order');
+
+my $ext = $node->safe_psql('postgres', q{SELECT gd_insert('outside')});
+$node->safe_psql('postgres', q{
+BEGIN;
+SELECT gd_complete(c.id, c.lease_token, gd_done()) FROM gd_claim('external_only', 'w', 1) c;
+ROLLBACK;});
+is(events_of($ext), '', 'a completion rolled back emits nothing');
+$node->safe_psql('postgres', q{
+SELECT gd_complete(c.id, c.lease_token, gd_next('work')) FROM gd_claim('external_only', 'w', 1) c;});
+is(events_of($ext), 'work executing>runnable work next', 'a committed external completion emits its transition');
+$node->safe_psql('postgres', q{
+SET gen_durable.events = off;
+SELECT gd_complete(c.id, c.lease_token, gd_done()) FROM gd_claim('external_only', 'w', 1) c;});
+is(events_of($ext), '', 'with gen_durable.events off, nothing');
+is($node->safe_psql('postgres', "SELECT status FROM gd.instances WHERE id = $ext"), 'done', 'the instance moved on all the same');
+
+my ($out, $err) = (q{}, q{});
+$node->psql('postgres', q{CREATE ROLE plain_user; SET ROLE plain_user; SET gen_durable.events = off;},
+	stdout => \$out, stderr => \$err);
+like($err, qr/permission denied to set parameter "gen_durable.events"/, 'only a superuser may turn it off in a session');
+
+done_testing();
