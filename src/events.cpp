@@ -1,36 +1,133 @@
 /*
  * events.cpp — the transactional event stream (gen_durable.events =
- * transitions): each transition the engine writes for a step is also
- * written into the WAL as a transactional logical decoding message, prefix
- * "gen_durable", so it reaches logical decoding consumers (pg_recvlogical,
- * Debezium, wal2json) in commit order with the rows its transaction changed,
- * and not at all if that transaction rolls back.
+ * transitions): each change of an instance's step or status the engine
+ * writes (a step's transition, an insert, a resumption, gd_retry, gd_cancel)
+ * is also written into the WAL as a transactional logical decoding message,
+ * prefix "gen_durable", so it reaches logical decoding consumers
+ * (pg_recvlogical, Debezium, wal2json) in commit order with the rows its
+ * transaction changed, and not at all if that transaction rolls back.
  */
 #include "executor.hpp"
+#include "guard.hpp"
 #include "stats.hpp"
 
 extern "C" {
+#include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "replication/message.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/timestamp.h"
 }
 
-void gd_emit_transition_event(int64 id, const Transition &t)
+namespace {
+
+void append_string_or_null(StringInfo json, const char *value)
+{
+    if (value == nullptr)
+        appendStringInfoString(json, "null");
+    else
+        escape_json(json, value);
+}
+
+/* The instance's columns an event names, as text: fsm, version, step, status, attempt. */
+constexpr const char *EVENT_COLUMNS = "i.fsm, i.version::text, i.step, i.status, i.attempt::text";
+
+} // namespace
+
+void gd_emit_event(const InstanceEvent &e)
 {
     StringInfoData json;
     initStringInfo(&json);
-    appendStringInfo(&json, "{\"id\": " INT64_FORMAT ", \"fsm\": ", id);
-    escape_json(&json, t.fsm != nullptr ? t.fsm : "");
-    appendStringInfo(&json, ", \"version\": %d, \"step\": ", t.version);
-    escape_json(&json, t.ran_step != nullptr ? t.ran_step : "");
-    appendStringInfo(&json, ", \"from\": \"%s\", \"to\": \"%s\", \"next_step\": ",
-                     gd_status_name(t.claimed ? Status::executing : Status::runnable), gd_status_name(t.status));
-    escape_json(&json, t.step);
-    const char *kind = gd_step_kind(t.event);
-    appendStringInfo(&json, ", \"kind\": \"%s\", \"attempt\": %d, \"at\": \"%s\"}",
-                     kind != nullptr ? kind : gd_status_name(t.status), t.attempt,
+    appendStringInfo(&json, "{\"id\": " INT64_FORMAT ", \"fsm\": ", e.id);
+    append_string_or_null(&json, e.fsm);
+    appendStringInfo(&json, ", \"version\": %d, \"step\": ", e.version);
+    append_string_or_null(&json, e.step);
+    appendStringInfoString(&json, ", \"from\": ");
+    append_string_or_null(&json, e.from);
+    appendStringInfoString(&json, ", \"to\": ");
+    append_string_or_null(&json, e.to);
+    appendStringInfoString(&json, ", \"next_step\": ");
+    append_string_or_null(&json, e.next_step);
+    appendStringInfoString(&json, ", \"kind\": ");
+    append_string_or_null(&json, e.kind);
+    appendStringInfo(&json, ", \"attempt\": %d, \"at\": \"%s\"}", e.attempt,
                      timestamptz_to_str(GetCurrentTimestamp()));
     LogLogicalMessage("gen_durable", json.data, json.len, true);
     pfree(json.data);
+}
+
+void gd_emit_transition_event(int64 id, const Transition &t)
+{
+    const char *kind = gd_step_kind(t.event);
+    gd_emit_event(InstanceEvent{id, t.fsm, t.version, t.ran_step,
+                                gd_status_name(t.claimed ? Status::executing : Status::runnable),
+                                gd_status_name(t.status), t.step, kind != nullptr ? kind : gd_status_name(t.status),
+                                t.attempt});
+}
+
+InstanceEvent gd_event_before(int64 id, const char *kind)
+{
+    InstanceEvent e{};
+    e.id = id;
+    e.kind = kind;
+    if (gd_events != GD_EVENTS_TRANSITIONS)
+        return e;
+    static SPIPlanPtr before_plan = nullptr;
+    Datum args[1] = {Int64GetDatum(id)};
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT %s FROM gd._instances i WHERE i.id = $1", EVENT_COLUMNS);
+    if (gd_run_kept(before_plan, sql, {INT8OID}, args, false, 1) == SPI_OK_SELECT && SPI_processed == 1) {
+        HeapTuple row = SPI_tuptable->vals[0];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        e.fsm = SPI_getvalue(row, desc, 1);
+        e.version = atoi(SPI_getvalue(row, desc, 2));
+        e.step = SPI_getvalue(row, desc, 3);
+        e.from = SPI_getvalue(row, desc, 4);
+    }
+    return e;
+}
+
+void gd_emit_event_after(InstanceEvent e)
+{
+    if (gd_events != GD_EVENTS_TRANSITIONS || e.fsm == nullptr)
+        return;
+    static SPIPlanPtr after_plan = nullptr;
+    Datum args[1] = {Int64GetDatum(e.id)};
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT %s FROM gd._instances i WHERE i.id = $1", EVENT_COLUMNS);
+    if (gd_run_kept(after_plan, sql, {INT8OID}, args, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+        return;
+    HeapTuple row = SPI_tuptable->vals[0];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    e.next_step = SPI_getvalue(row, desc, 3);
+    e.to = SPI_getvalue(row, desc, 4);
+    e.attempt = atoi(SPI_getvalue(row, desc, 5));
+    gd_emit_event(e);
+}
+
+/* gd._emit_inserted(ids bigint[]): the events of instances just inserted (NULLs ignored). */
+GD_SQL_FUNCTION(gd_emit_inserted)
+{
+    if (gd_events != GD_EVENTS_TRANSITIONS || PG_ARGISNULL(0))
+        PG_RETURN_VOID();
+    static SPIPlanPtr inserted_plan = nullptr;
+    Datum args[1] = {PG_GETARG_DATUM(0)};
+    char sql[256];
+    snprintf(sql, sizeof(sql), "SELECT %s, i.id FROM gd._instances i WHERE i.id = ANY ($1) ORDER BY i.id",
+             EVENT_COLUMNS);
+    SPI_connect();
+    if (gd_run_kept(inserted_plan, sql, {INT8ARRAYOID}, args, true, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: reading inserted instances failed");
+    for (uint64 r = 0; r < SPI_processed; r++) {
+        HeapTuple row = SPI_tuptable->vals[r];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        bool isnull;
+        gd_emit_event(InstanceEvent{DatumGetInt64(SPI_getbinval(row, desc, 6, &isnull)), SPI_getvalue(row, desc, 1),
+                                    atoi(SPI_getvalue(row, desc, 2)), nullptr, nullptr, SPI_getvalue(row, desc, 4),
+                                    SPI_getvalue(row, desc, 3), "inserted", atoi(SPI_getvalue(row, desc, 5))});
+    }
+    SPI_finish();
+    PG_RETURN_VOID();
 }

@@ -207,8 +207,27 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
 Transition gd_final_transition(const PickedInstance &row, Status status, Datum result, Datum error);
 /* Failed without a retry, for what no retry can mend: {"sqlstate", "message", "step", "attempt"}. */
 Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const char *message);
-/* Emit a written transition into the WAL as a transactional logical decoding message (events.cpp). */
+/* The event stream (events.cpp): what one event says of an instance. */
+struct InstanceEvent {
+    int64 id;
+    const char *fsm;
+    int version;
+    const char *step;      /* the step that ran, or the instance was at (nullptr: none, an insert) */
+    const char *from;      /* the status before (nullptr: none) */
+    const char *to;        /* the status after */
+    const char *next_step; /* the step after */
+    const char *kind;
+    int attempt;
+};
+/* Write an event into the WAL as a transactional logical decoding message. */
+void gd_emit_event(const InstanceEvent &event);
+/* The event of a written step transition. */
 void gd_emit_transition_event(int64 id, const Transition &t);
+/* Before the engine changes an instance itself: what the event will say of
+ * it before (read only when gen_durable.events is on); after the change,
+ * gd_emit_event_after reads the rest and emits it. */
+InstanceEvent gd_event_before(int64 id, const char *kind);
+void gd_emit_event_after(InstanceEvent event);
 /* At commit, NOTIFY gd_work, '<queue>' for external workers: once per transaction and queue (notify.cpp). */
 void gd_notify_external_at_commit(const char *queue);
 /*

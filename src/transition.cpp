@@ -664,6 +664,7 @@ GD_SQL_FUNCTION(gd_ungate)
 void gd_resume_parked(int64 id, Datum resume)
 {
     static SPIPlanPtr resume_plan = nullptr;
+    InstanceEvent event = gd_event_before(id, "resumed");
     Datum args[2] = {Int64GetDatum(id), resume};
     int result = gd_run_kept(
         resume_plan,
@@ -684,6 +685,7 @@ void gd_resume_parked(int64 id, Datum resume)
         elog(ERROR, "gen_durable: could not resume instance " INT64_FORMAT, id);
     wake_for_returned(0);
     gd_wake_awaiters_at_commit(id);
+    gd_emit_event_after(event);
 }
 
 int gd_resume_parents(int64 parent)
@@ -743,6 +745,7 @@ GD_SQL_FUNCTION(gd_revive)
         PG_RETURN_BOOL(false);
     static SPIPlanPtr revive_plan = nullptr;
     SPI_connect();
+    InstanceEvent event = gd_event_before(PG_GETARG_INT64(1), "retried");
     if (gd_run_kept_on_arguments(revive_plan,
                     "UPDATE gd._instances i"
                     "   SET status = 'runnable', attempt = 1, error = NULL, result = NULL, finished_at = NULL,"
@@ -756,6 +759,7 @@ GD_SQL_FUNCTION(gd_revive)
     if (revived) {
         wake_for_returned(0);
         gd_wake_awaiters_at_commit(PG_GETARG_INT64(1));
+        gd_emit_event_after(event);
     }
     SPI_finish();
     PG_RETURN_BOOL(revived);
@@ -791,9 +795,10 @@ GD_SQL_FUNCTION(gd_cancel_tree)
             "       wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
             "       lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,"
             "       finished_at = clock_timestamp(), updated_at = clock_timestamp()"
-            "  FROM tree"
-            " WHERE i.id = tree.id AND i.status = ANY (gd._live_statuses())"
-            " RETURNING i.id, i.owner, i.concurrency_key, i.parent_id",
+            "  FROM tree, gd._instances before"
+            " WHERE i.id = tree.id AND before.id = tree.id AND i.status = ANY (gd._live_statuses())"
+            " RETURNING i.id, i.owner, i.concurrency_key, i.parent_id, i.fsm, i.version, i.step, before.status,"
+            "           i.attempt",
             2, types);
     }
     if (gd_execute_kept(cancel_plan, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
@@ -816,6 +821,13 @@ GD_SQL_FUNCTION(gd_cancel_tree)
         (void) SPI_getbinval(ended, desc, 4, &isnull);
         if (id == target)
             has_parent = !isnull;
+        if (gd_events == GD_EVENTS_TRANSITIONS) {
+            const char *step = SPI_getvalue(ended, desc, 7);
+            gd_emit_event(InstanceEvent{id, SPI_getvalue(ended, desc, 5),
+                                        DatumGetInt32(SPI_getbinval(ended, desc, 6, &isnull)), step,
+                                        SPI_getvalue(ended, desc, 8), "cancelled", step, "cancelled",
+                                        DatumGetInt32(SPI_getbinval(ended, desc, 9, &isnull))});
+        }
     }
     (void) ungate(freed, freed_count);
     if (has_parent)

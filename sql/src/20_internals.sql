@@ -19,6 +19,9 @@ CREATE OR REPLACE FUNCTION gd._engine_loaded() RETURNS boolean
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'gd_engine_loaded';
 CREATE OR REPLACE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_awaiters_on_commit';
+-- The event stream's events of instances just inserted (src/events.cpp; nothing when gen_durable.events is off).
+CREATE OR REPLACE FUNCTION gd._emit_inserted(ids bigint[]) RETURNS void
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_emit_inserted';
 CREATE OR REPLACE FUNCTION gd._wake_reaper_on_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_reaper_on_commit';
 -- The instances at a step follow it to its new queue (NULL: their home

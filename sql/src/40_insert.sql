@@ -93,6 +93,7 @@ BEGIN
             IF NOT must_wait THEN
                 PERFORM gd._wake_on_commit(route.queue, priority, run_at, new_id);
             END IF;
+            PERFORM gd._emit_inserted(ARRAY[new_id]);
             RETURN new_id;
         END IF;
         SELECT * INTO occupant FROM gd._instances i
@@ -207,6 +208,7 @@ BEGIN
         RETURNING i.id)
     SELECT array_agg(added.id ORDER BY added.id) INTO inserted FROM added;
     PERFORM gd._wake_on_commit(route.queue, 0, now(), added_id) FROM unnest(inserted) added_id;
+    PERFORM gd._emit_inserted(inserted);
     RETURN QUERY SELECT unnest(inserted);
 END $$;
 

@@ -301,6 +301,7 @@ BEGIN
            last_error = CASE WHEN f.id IS NOT NULL THEN NULL ELSE s.last_error END
       FROM unnest(names, ticks, ids) AS f(name, tick, id)
      WHERE s.name = f.name;
+    PERFORM gd._emit_inserted(ids);
     RETURN coalesce(cardinality(names), 0);
 END $$;
 

@@ -1,8 +1,9 @@
 # The transactional event stream (gen_durable.events = transitions): each
-# transition of a step is a logical decoding message (prefix gen_durable)
-# in its step's transaction. Read through a test_decoding slot: every
-# transition of a 3-step FSM arrives once, in order; a completion rolled
-# back emits nothing; with the setting off, nothing is emitted.
+# change of an instance's step or status is a logical decoding message
+# (prefix gen_durable) in the transaction that made it. Read through a
+# test_decoding slot: the insert and every transition of a 3-step FSM arrive
+# once, in order; a signal's resumption, gd_cancel and gd_retry too; a
+# completion rolled back emits nothing; with the setting off, nothing.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -23,6 +24,16 @@ SELECT gd_define_fsm('walk', initial => 'a', steps => '{"a": {"handler": "public
                                                         "c": {"handler": "public.walk(jsonb, gd.context)"}}');
 SELECT gd_define_fsm('outside', initial => 'work', queue => 'external_only');
 SELECT gd_define_step('outside', 'work');
+CREATE FUNCTION park(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    IF ctx.step = 'wait' THEN
+        RETURN gd_wait_signal(ARRAY['go'], then_step => 'end');
+    END IF;
+    RETURN gd_stop('{"reason": "ended"}');
+END $$;
+SELECT gd_define_fsm('parked', initial => 'wait', steps => '{"wait": {"handler": "public.park(jsonb, gd.context)"},
+                                                            "end": {"handler": "public.park(jsonb, gd.context)",
+                                                                    "max_attempts": 1}}');
 SELECT pg_create_logical_replication_slot('events', 'test_decoding');
 });
 
@@ -37,7 +48,8 @@ SELECT substring(data FROM 'content:(.*)$') FROM pg_logical_slot_get_changes('ev
 	for my $json (@lines)
 	{
 		my ($event) = $node->safe_psql('postgres', qq{
-SELECT e->>'step' || ' ' || (e->>'from') || '>' || (e->>'to') || ' ' || (e->>'next_step') || ' ' || (e->>'kind')
+SELECT coalesce(e->>'step', '-') || ' ' || coalesce(e->>'from', '-') || '>' || (e->>'to') || ' ' || (e->>'next_step')
+       || ' ' || (e->>'kind')
   FROM (SELECT '$json'::jsonb AS e) x WHERE (e->>'id')::bigint = $id AND e->>'fsm' IS NOT NULL AND e ? 'at'});
 		push @mine, $event if $event ne '';
 	}
@@ -47,15 +59,34 @@ SELECT e->>'step' || ' ' || (e->>'from') || '>' || (e->>'to') || ' ' || (e->>'ne
 my $id = $node->safe_psql('postgres', q{SELECT gd_insert('walk')});
 $node->poll_query_until('postgres', "SELECT status = 'done' FROM gd.instances WHERE id = $id")
   or die 'the instance did not finish';
-is(events_of($id), 'a runnable>runnable b next, b runnable>runnable c next, c runnable>done c done',
-	'every transition of a 3-step FSM, once, in order');
+is(events_of($id), '- ->runnable a inserted, a runnable>runnable b next, b runnable>runnable c next, c runnable>done c done',
+	'the insert and every transition of a 3-step FSM, once, in order');
+
+my $parked = $node->safe_psql('postgres', q{SELECT gd_insert('parked')});
+$node->poll_query_until('postgres', "SELECT status = 'awaiting_signal' FROM gd.instances WHERE id = $parked")
+  or die 'the instance did not park';
+$node->safe_psql('postgres', "SELECT gd_signal($parked, 'go')");
+$node->poll_query_until('postgres', "SELECT status = 'failed' FROM gd.instances WHERE id = $parked")
+  or die 'the instance did not end';
+$node->safe_psql('postgres', "SELECT gd_retry($parked)");
+$node->poll_query_until('postgres', "SELECT status = 'failed' FROM gd.instances WHERE id = $parked")
+  or die 'the retried instance did not end';   # (gd_retry made it runnable when it returned)
+is(events_of($parked), '- ->runnable wait inserted, wait runnable>awaiting_signal wait await, '
+	. 'wait awaiting_signal>runnable end resumed, end runnable>failed end stop, end failed>runnable end retried, '
+	. 'end runnable>failed end stop', 'a resumption by a signal and gd_retry too');
+my $cancelled = $node->safe_psql('postgres', q{SELECT gd_insert('parked')});
+$node->poll_query_until('postgres', "SELECT status = 'awaiting_signal' FROM gd.instances WHERE id = $cancelled")
+  or die 'the instance did not park';
+$node->safe_psql('postgres', "SELECT gd_cancel($cancelled, 'enough')");
+is(events_of($cancelled), '- ->runnable wait inserted, wait runnable>awaiting_signal wait await, '
+	. 'wait awaiting_signal>cancelled wait cancelled', 'and gd_cancel');
 
 my $ext = $node->safe_psql('postgres', q{SELECT gd_insert('outside')});
 $node->safe_psql('postgres', q{
 BEGIN;
 SELECT gd_complete(c.id, c.lease_token, gd_done()) FROM gd_claim('external_only', 'w', 1) c;
 ROLLBACK;});
-is(events_of($ext), '', 'a completion rolled back emits nothing');
+is(events_of($ext), '- ->runnable work inserted', 'a completion rolled back emits nothing');
 $node->safe_psql('postgres', q{
 SELECT gd_complete(c.id, c.lease_token, gd_next('work')) FROM gd_claim('external_only', 'w', 1) c;});
 is(events_of($ext), 'work executing>runnable work next', 'a committed external completion emits its transition');
