@@ -135,10 +135,11 @@ bool next_tick(const Timing &timing, TimestampTz after, TimestampTz &tick)
  */
 GD_SQL_FUNCTION(gd_cron_ticks)
 {
+    static const char *const argument_names[4] = {"cron", "time_zone", "after", "count"};
     for (int i = 0; i < 4; i++)
         if (PG_ARGISNULL(i))
-            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                            errmsg("gen_durable: gd_cron_ticks takes no NULL argument")));
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("gen_durable: %s must not be NULL", argument_names[i])));
     Timing timing = check_timing(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
     TimestampTz after = PG_GETARG_TIMESTAMPTZ(2);
     int32 count = PG_GETARG_INT32(3);

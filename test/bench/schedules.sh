@@ -84,9 +84,7 @@ cluster_cpu_ticks() {
 
 # Sleep until `seconds` past the next minute.
 until_next_minute() {
-    local now
-    now=$(date +%s.%N)
-    sleep "$(echo "60 - ($now % 60) + ${1:-0}" | bc -l)"
+    sleep "$(awk -v now="$(date +%s.%N)" -v extra="${1:-0}" 'BEGIN { printf "%.3f", 60 - (now % 60) + extra }')"
 }
 
 # measure NAME DELAY_SQL: wait a minute of warm-up, then SCHED_MINUTES; print the figures.
