@@ -19,7 +19,7 @@
  */
 #include "executor.hpp"
 #include "guard.hpp"
-#include "stats.hpp"
+#include "labelled_stats.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -37,7 +37,7 @@ extern "C" {
 namespace {
 
 /* The claimed rows' columns, as read by both plans below: gd_read_instance's, then queue and lease owner. */
-#define CLAIMED_COLUMNS GD_INSTANCE_COLUMNS ", i.queue, i.lease_owner"
+#define CLAIMED_COLUMNS GD_INSTANCE_COLUMNS ", i.queue, i.lease_owner, i.claimed_at"
 
 /* The claims among ($1 ids, $2 tokens) their tokens still own, locked in id order (then input order). */
 SPIPlanPtr owned_plan = nullptr;
@@ -47,6 +47,7 @@ SPIPlanPtr expired_plan = nullptr;
 struct ClaimedRow {
     PickedInstance row;
     char *lease_owner;
+    TimestampTz claimed_at; /* 0: not known (claimed before an update) */
 };
 
 ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
@@ -55,6 +56,9 @@ ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
     gd_read_instance(tuple, desc, claimed.row);
     claimed.row.queue = SPI_getvalue(tuple, desc, GD_INSTANCE_COLUMN_COUNT + 1);
     claimed.lease_owner = SPI_getvalue(tuple, desc, GD_INSTANCE_COLUMN_COUNT + 2);
+    bool isnull;
+    Datum claimed_at = SPI_getbinval(tuple, desc, GD_INSTANCE_COLUMN_COUNT + 3, &isnull);
+    claimed.claimed_at = isnull ? 0 : DatumGetTimestampTz(claimed_at);
     return claimed;
 }
 
@@ -89,6 +93,7 @@ void reclaim(const ClaimedRow &claimed)
     Transition t = gd_retry_transition(row, *def, lease_expired_json(claimed), 0);
     t.event = StatEvent::count_; /* counted as reaped, not as a step's outcome */
     gd_apply_transition(row.id, t);
+    gd_count_queue(row.queue, QueueEvent::reclaimed);
 }
 
 [[noreturn]] void bad_argument(const char *message)
@@ -113,6 +118,21 @@ struct Completion {
     bool completed; /* set by complete_claims */
 };
 
+/* Count and log a completion whose token no longer owns its row (under the row's queue, if it is still there). */
+void drop_stale_outcome(const Completion &claim)
+{
+    static SPIPlanPtr queue_plan = nullptr;
+    gd_count(StatEvent::outcome_stale);
+    Datum args[1] = {Int64GetDatum(claim.id)};
+    if (gd_run_kept(queue_plan, "SELECT i.queue FROM gd._instances i WHERE i.id = $1", {INT8OID}, args, true, 1) ==
+            SPI_OK_SELECT &&
+        SPI_processed == 1)
+        gd_count_queue(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), QueueEvent::stale_outcomes);
+    ereport(LOG, (errmsg("gen_durable: dropped a stale outcome for instance " INT64_FORMAT
+                         ": lease token " INT64_FORMAT " no longer owns it",
+                         claim.id, claim.token)));
+}
+
 /* Apply one owned claim's outcome, produced by `caller`; its transition joins `completions`. */
 void complete_claim(TransitionBatch &completions, const ClaimedRow &claimed, HeapTupleHeader outcome, Oid caller)
 {
@@ -125,6 +145,11 @@ void complete_claim(TransitionBatch &completions, const ClaimedRow &claimed, Hea
         const StepDefinition def = *found; /* the cache may be emptied by what follows */
         t = gd_outcome_transition(row, def, outcome, caller);
     }
+    if (claimed.claimed_at != 0) {
+        t.started_at = claimed.claimed_at;
+        t.duration_us = GetCurrentTimestamp() - claimed.claimed_at;
+    }
+    t.worker = claimed.lease_owner;
     gd_prepare_transition(row.id, t);
     gd_write_transition_batched(completions, row.id, t);
     if (t.status == Status::runnable && !t.external && !t.moved) { /* an in-database step is next (a moved one is woken as written) */
@@ -173,27 +198,22 @@ void complete_claims(Completion *claims, int n)
     int64 previous_id = 0;
     for (uint64 r = 0; r < owned_count; r++) {
         bool isnull;
-        if (!DatumGetBool(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 4, &isnull)))
+        if (!DatumGetBool(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 5, &isnull)))
             continue; /* no longer executing: stale */
         ClaimedRow claimed = read_claimed(owned->vals[r], owned->tupdesc);
         if (claimed.row.id == previous_id)
             continue; /* named again: the first naming completed it */
         previous_id = claimed.row.id;
-        int k = DatumGetInt32(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 3, &isnull)) - 1;
+        int k = DatumGetInt32(SPI_getbinval(owned->vals[r], owned->tupdesc, GD_INSTANCE_COLUMN_COUNT + 4, &isnull)) - 1;
         complete_claim(completions, claimed, claims[k].outcome, caller);
         claims[k].completed = true;
     }
     gd_flush_transitions(completions);
     gd_release_concurrency_keys();
-    SPI_finish();
-
     for (int k = 0; k < n; k++)
-        if (!claims[k].completed) {
-            gd_count(StatEvent::outcome_stale);
-            ereport(LOG, (errmsg("gen_durable: dropped a stale outcome for instance " INT64_FORMAT
-                                 ": lease token " INT64_FORMAT " no longer owns it",
-                                 claims[k].id, claims[k].token)));
-        }
+        if (!claims[k].completed)
+            drop_stale_outcome(claims[k]);
+    SPI_finish();
 }
 
 /* The elements of a one-dimensional bigint or gd.outcome array argument (NULL elements flagged). */
@@ -262,12 +282,13 @@ GD_SQL_FUNCTION(gd_claim_steps)
     if (gd_run_kept(lease_plan,
                     "UPDATE gd._instances i"
                     "   SET status = 'executing', lease_owner = $2, lease_token = nextval('gd._lease_tokens'::regclass),"
-                    "       lease_expires_at = $4 + $3, updated_at = $4"
+                    "       lease_expires_at = $4 + $3, updated_at = $4, claimed_at = $4"
                     " WHERE i.id = ANY ($1) RETURNING i.id, i.lease_token",
                     {INT8ARRAYOID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: leasing %d claimed steps failed", admitted_count);
     /* (id, token) pairs, sorted by id, to answer in the pick's order. */
     int leased = static_cast<int>(SPI_processed);
+    gd_count_queue_pick(queue, limit, leased);
     int64 *tokens = static_cast<int64 *>(palloc(sizeof(int64) * 2 * Max(leased, 1)));
     for (int k = 0; k < leased; k++) {
         bool isnull;
@@ -329,13 +350,16 @@ GD_SQL_FUNCTION(gd_release_claim)
                     "   SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,"
                     "       updated_at = clock_timestamp()"
                     " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
-                    "   AND gd._may_use_instance($1, i.owner, i.fsm)",
-                    {OIDOID, INT8OID, INT8OID}, fcinfo, false, 0) != SPI_OK_UPDATE)
+                    "   AND gd._may_use_instance($1, i.owner, i.fsm)"
+                    " RETURNING i.queue",
+                    {OIDOID, INT8OID, INT8OID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: releasing the claim of instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
     bool released = SPI_processed > 0;
-    SPI_finish();
-    if (released)
+    if (released) {
         gd_count(StatEvent::drained);
+        gd_count_queue(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), QueueEvent::drained);
+    }
+    SPI_finish();
     PG_RETURN_BOOL(released);
 }
 

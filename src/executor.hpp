@@ -25,6 +25,7 @@ struct StepDefinition {
     int timeout_ms;        /* 0: no timeout */
     char rate_limit[NAMEDATALEN]; /* "" when the step names no rate limit */
     char queue[NAMEDATALEN];      /* "" when the step runs on its instance's queue */
+    bool history;                 /* the FSM version keeps a step history */
 };
 
 /* The definition of a step, or nullptr when the FSM version has no such step. */
@@ -55,14 +56,15 @@ struct PickedInstance {
     TimestampTz updated_at; /* the row's version: a crashed step's note names it */
     int32 priority;
     TimestampTz eligible_at;
+    char *trace_context;   /* the W3C traceparent it was inserted with; nullptr when none */
     const char *queue;     /* where the current step runs (not among GD_INSTANCE_COLUMNS: its reader knows) */
 };
 
 /* The columns gd_read_instance reads, in its order, for queries on gd._instances i. */
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
-    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority, i.eligible_at"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 16;
+    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority, i.eligible_at, i.trace_context"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 17;
 
 /* The engine's own statements (kept_plans.cpp): prepare one once (a kept,
  * generic plan), and run it as SPI_execute_plan would, planned for the indexes. */
@@ -135,9 +137,17 @@ struct Transition {
     Oid spawn_role;          /* awaiting_children: whose rights the children are inserted with */
     int spawned;             /* awaiting_children: how many children were inserted */
     bool keep_resume;        /* a retry: the step runs again with the same ctx signals/children */
-    StatEvent event;         /* the step event to count (StatEvent::count_: none) */
-    int64 duration_us;       /* time spent in the step, for gd.stats */
+    /* The step that ran, for telemetry (step_records.cpp). */
+    StatEvent event;         /* its outcome's step event (StatEvent::count_: no step ran to an outcome) */
+    int ran_attempt;         /* its attempt */
+    TimestampTz started_at;  /* when it started (an external step: when it was claimed); 0: unknown */
+    int64 duration_us;       /* how long it ran */
+    bool history;            /* its FSM version keeps a step history */
+    const char *worker;      /* the external worker that ran it; nullptr: this process */
 };
+
+/* Count a finished step (gd.stats, gd.step_stats) and append it to its history when kept. */
+void gd_record_finished_step(int64 id, const Transition &t);
 
 /*
  * Validate a handler's gd.outcome and return the instance's transition;

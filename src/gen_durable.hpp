@@ -75,6 +75,11 @@ struct WorkerSlot {
     pg_atomic_uint64 since;         /* TimestampTz of the current activity */
     pg_atomic_uint64 cancel_step;   /* gd_cancel of the instance whose step this executor runs: stop it */
     pg_atomic_uint32 served;        /* the worker committed a round since the launcher started it */
+    /* An executor's figures for gd.queue_stats (labelled_stats.cpp). */
+    pg_atomic_uint64 busy_share;    /* a double: share of recent time spent in rounds, as last noted */
+    pg_atomic_uint64 busy_noted_at; /* TimestampTz of that note; 0: none yet */
+    pg_atomic_uint32 pick_limit;    /* steps the executor's next pick asks for */
+    pg_atomic_uint32 in_flight;     /* steps of the round it runs now */
 };
 
 /* A backend blocked in gd_await, indexed by gd_my_backend_index(). */

@@ -53,7 +53,7 @@ extern "C" {
 
 namespace {
 
-constexpr int CONTEXT_COLUMNS = 10;
+constexpr int CONTEXT_COLUMNS = 11;
 
 /* gd.context and gd.outcome, looked up once per batch (the extension may have been re-created). */
 Oid context_type = InvalidOid;
@@ -98,9 +98,10 @@ Datum gd_context(const PickedInstance &row, const char *queue)
         Int32GetDatum(row.attempt), row.correlation_key ? CStringGetTextDatum(row.correlation_key) : 0,
         resume_array(row, "signals"), resume_array(row, "children"),
         BoolGetDatum(timed_out != nullptr && timed_out->type == jbvBool && timed_out->val.boolean),
-        CStringGetTextDatum(queue)};
+        CStringGetTextDatum(queue), row.trace_context ? CStringGetTextDatum(row.trace_context) : 0};
     bool nulls[CONTEXT_COLUMNS] = {};
     nulls[5] = row.correlation_key == nullptr;
+    nulls[10] = row.trace_context == nullptr;
     return HeapTupleGetDatum(heap_form_tuple(context_desc, values, nulls));
 }
 

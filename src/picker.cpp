@@ -54,6 +54,7 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.updated_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 14, &isnull));
     row.priority = DatumGetInt32(SPI_getbinval(tuple, desc, 15, &isnull));
     row.eligible_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 16, &isnull));
+    row.trace_context = copy_text(tuple, desc, 17);
 }
 
 namespace {

@@ -7,6 +7,7 @@
  * instances, once per worker and name, rather than stalling them silently.
  */
 #include "executor.hpp"
+#include "labelled_stats.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"
@@ -63,8 +64,11 @@ bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def)
     Datum not_before = SPI_getbinval(verdict, desc, 2, &isnull);
     bool try_next_round = isnull;
     Datum undefined_limit = SPI_getbinval(verdict, desc, 3, &isnull);
-    if (!isnull)
-        report_dropped_limit_once(TextDatumGetCString(undefined_limit));
+    if (!isnull) {
+        const char *name = TextDatumGetCString(undefined_limit);
+        gd_count_unknown_policy(name, row.fsm, row.step);
+        report_dropped_limit_once(name);
+    }
     if (!try_next_round)
         gd_postpone(row.id, DatumGetTimestampTz(not_before));
     return false;

@@ -9,6 +9,7 @@
  * latch wake-up, which every waiter tolerates.
  */
 #include "gen_durable.hpp"
+#include "labelled_stats.hpp"
 
 extern "C" {
 #include "miscadmin.h"
@@ -34,6 +35,8 @@ void request_shmem()
         previous_shmem_request_hook();
     RequestAddinShmemSpace(shared_size());
     RequestNamedLWLockTranche("gen_durable", 1);
+    RequestAddinShmemSpace(gd_labelled_stats_size());
+    RequestNamedLWLockTranche("gen_durable labelled stats", GD_LABELLED_STATS_LOCKS);
 }
 
 void startup_shmem()
@@ -52,6 +55,10 @@ void startup_shmem()
             pg_atomic_init_u64(&slot.since, 0);
             pg_atomic_init_u64(&slot.cancel_step, 0);
             pg_atomic_init_u32(&slot.served, 0);
+            pg_atomic_init_u64(&slot.busy_share, 0);
+            pg_atomic_init_u64(&slot.busy_noted_at, 0);
+            pg_atomic_init_u32(&slot.pick_limit, 0);
+            pg_atomic_init_u32(&slot.in_flight, 0);
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
         pg_atomic_init_u32(&gd_shared->worker_deaths, 0);
@@ -61,6 +68,8 @@ void startup_shmem()
         for (int i = 0; i < MaxBackends; i++)
             pg_atomic_init_u64(&gd_shared->await_slots[i].instance_id, 0);
     }
+    void *labelled = ShmemInitStruct("gen_durable labelled stats", gd_labelled_stats_size(), &found);
+    gd_labelled_stats_attach(labelled, GetNamedLWLockTranche("gen_durable labelled stats"), !found);
     LWLockRelease(AddinShmemInitLock);
 }
 

@@ -7,6 +7,7 @@
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
+#include "labelled_stats.hpp"
 
 extern "C" {
 #include "fmgr.h"
@@ -22,7 +23,7 @@ const char *const event_names[GD_STAT_EVENTS] = {
     "step_next", "step_retry", "step_await", "step_spawn", "step_done", "step_stop",
     "pick", "pick_rows", "pick_demand", "reaped", "await_timeout", "gc_swept", "outcome_stale",
     "rate_limit_throttled", "rate_limit_contended", "concurrency_throttled", "concurrency_contended",
-    "reclaimed", "drained", "concurrency_repaired"};
+    "reclaimed", "drained", "concurrency_repaired", "labels_overflowed"};
 
 GdStats *stats()
 {
@@ -103,11 +104,12 @@ GD_SQL_FUNCTION(gd_stats)
     PG_RETURN_VOID();
 }
 
-/* gd_stats_reset(): zero every counter. */
+/* gd_stats_reset(): zero every counter, and empty the labelled tables. */
 GD_SQL_FUNCTION(gd_stats_reset)
 {
     if (GdStats *s = stats())
         gd_stats_init(s);
+    gd_labelled_stats_reset();
     PG_RETURN_VOID();
 }
 

@@ -14,7 +14,7 @@
  */
 #include "executor.hpp"
 #include "guard.hpp"
-#include "stats.hpp"
+#include "labelled_stats.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -112,6 +112,7 @@ Transition run_handler(const PickedInstance &row, const StepDefinition &def, con
     HeapTupleHeader outcome = gd_call_handler(row, def, queue);
     Transition t = gd_outcome_transition(row, def, outcome, def.owner);
     gd_prepare_transition(row.id, t);
+    t.started_at = started;
     t.duration_us = GetCurrentTimestamp() - started;
     return t;
 }
@@ -185,6 +186,7 @@ void write_failed_attempt(Round &round, int i, ErrorData *edata, TimestampTz sta
         return;
     }
     Transition t = gd_retry_transition(row, round.definitions[i], gd_error_json(edata, row), -1);
+    t.started_at = started;
     t.duration_us = GetCurrentTimestamp() - started;
     gd_write_transition_batched(round.written, row.id, t);
     FreeErrorData(edata);
@@ -250,6 +252,9 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     gd_count(StatEvent::pick);
     gd_count(StatEvent::pick_demand, static_cast<uint64>(demand));
     gd_count(StatEvent::pick_rows, static_cast<uint64>(round.count));
+    gd_count_queue_pick(queue, demand, round.count);
+    if (slot != nullptr)
+        gd_note_round(slot, demand, round.count);
     round.to_run = round_array<int>(round.count);
     round.definitions = round_array<StepDefinition>(round.count);
     round.transitions = round_array<Transition>(round.count);
@@ -269,6 +274,8 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     }
     gd_flush_transitions(round.written);
     gd_release_concurrency_keys();
+    if (slot != nullptr)
+        gd_note_round(slot, 0, 0);
     return ran;
 }
 

@@ -16,7 +16,7 @@
  */
 #include "executor.hpp"
 #include "guard.hpp"
-#include "stats.hpp"
+#include "labelled_stats.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -127,6 +127,24 @@ bool started_by_schedule(const PickedInstance &row)
     return row.correlation_key != nullptr && strncmp(row.correlation_key, "schedule:", strlen("schedule:")) == 0;
 }
 
+/* A transition of `row` from the step it ran: what every kind of transition carries. */
+Transition from_step_of(const PickedInstance &row)
+{
+    Transition t{};
+    t.step = row.step;
+    t.eligible_at = GetCurrentTimestamp();
+    t.parent_id = row.parent_id;
+    t.owner = row.owner;
+    t.concurrency_key = row.concurrency_key;
+    t.scheduled = started_by_schedule(row);
+    t.fsm = row.fsm;
+    t.version = row.version;
+    t.ran_step = row.step;
+    t.ran_attempt = row.attempt;
+    t.event = StatEvent::count_;
+    return t;
+}
+
 Datum empty_object()
 {
     return DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
@@ -196,19 +214,12 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         bad_outcome(row, "the outcome has no kind; build it with gd_next, gd_retry, gd_done or gd_stop");
     char *kind = TextDatumGetCString(kind_datum);
 
-    Transition t{};
-    t.step = row.step;
+    Transition t = from_step_of(row);
+    t.parent_id = 0; /* only an ending instance wakes its parent */
     t.attempt = 1;
-    t.eligible_at = GetCurrentTimestamp();
-    t.event = StatEvent::count_;
     t.external = def.handler == InvalidOid; /* who runs the current step; gd_next says who runs the next */
-    t.owner = row.owner;
-    t.concurrency_key = row.concurrency_key;
-    t.scheduled = started_by_schedule(row);
-    t.fsm = row.fsm;
-    t.version = row.version;
-    t.ran_step = row.step;
     t.claimed = def.handler == InvalidOid;
+    t.history = def.history;
     if (strcmp(kind, "next") == 0) {
         t.event = StatEvent::step_next;
         Datum step = GetAttributeByNum(outcome, OUTCOME_STEP, &isnull);
@@ -253,12 +264,14 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         Datum result = GetAttributeByNum(outcome, OUTCOME_RESULT, &isnull);
         Transition done = gd_final_transition(row, Status::done, isnull ? empty_object() : result, 0);
         done.external = t.external;
+        done.history = def.history;
         return done;
     }
     if (strcmp(kind, "stop") == 0) {
         Datum error_json = outcome_error(row, outcome, "stop", "stopped its instance");
         Transition stopped = gd_final_transition(row, Status::failed, 0, error_json);
         stopped.external = t.external;
+        stopped.history = def.history;
         return stopped;
     }
     if (strcmp(kind, "await") == 0) {
@@ -324,20 +337,11 @@ GD_SQL_FUNCTION(gd_terminal_statuses)
 
 Transition gd_final_transition(const PickedInstance &row, Status status, Datum result, Datum error)
 {
-    Transition t{};
+    Transition t = from_step_of(row);
     t.status = status;
-    t.step = row.step;
     t.attempt = row.attempt;
-    t.eligible_at = GetCurrentTimestamp();
     t.result = result;
     t.error = error;
-    t.parent_id = row.parent_id;
-    t.owner = row.owner;
-    t.concurrency_key = row.concurrency_key;
-    t.scheduled = started_by_schedule(row);
-    t.fsm = row.fsm;
-    t.version = row.version;
-    t.ran_step = row.step;
     t.event = status == Status::done     ? StatEvent::step_done
               : status == Status::failed ? StatEvent::step_stop
                                          : StatEvent::count_;
@@ -403,7 +407,7 @@ namespace {
 void after_transition(int64 id, const Transition &t)
 {
     if (t.event != StatEvent::count_)
-        gd_count_step(t.event, t.duration_us);
+        gd_record_finished_step(id, t);
     if (t.status == Status::awaiting_signal) {
         call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */
         if (t.wait_deadline != 0)
@@ -589,6 +593,7 @@ int admit_gated(Oid owner, const char *key)
     int admitted = static_cast<int>(SPI_processed);
     for (int i = 0; i < admitted; i++)
         wake_for_returned(i);
+    gd_count_limit(LimitKind::concurrency, key, LimitCounts{0, static_cast<uint64>(admitted), 0, 0});
     return admitted;
 }
 
@@ -859,6 +864,7 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
     t.event = StatEvent::step_retry;
     t.external = def.handler == InvalidOid; /* the same step: the same kind of runner */
     t.claimed = t.external;
+    t.history = def.history;
     t.keep_resume = true;                   /* the retried step sees what its first attempt saw */
     if (row.attempt >= def.max_attempts)
         return t;

@@ -18,6 +18,7 @@
  */
 #include "executor.hpp"
 #include "guard.hpp"
+#include "labelled_stats.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -187,8 +188,10 @@ void recover_from_error()
 void sleep_on_latch(long timeout_ms)
 {
     my_slot->idle = true;
+    gd_note_executor_busy(my_slot, false);
     (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, PG_WAIT_EXTENSION);
     my_slot->idle = false;
+    gd_note_executor_busy(my_slot, true);
 }
 
 void log_stop(int, Datum)

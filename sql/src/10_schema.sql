@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS gd._fsms (
     state_defaults jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(state_defaults) = 'object'),
     owner          regrole NOT NULL,   -- the FSM's owner, the same for every version: its handlers run as this role
     created_at     timestamptz NOT NULL DEFAULT now(),
+    history        boolean NOT NULL DEFAULT false, -- each finished step appends to gd._step_history
     PRIMARY KEY (name, version)
 );
 
@@ -112,7 +113,9 @@ CREATE TABLE IF NOT EXISTS gd._instances (
     owner             regrole NOT NULL,   -- the FSM's owner: the tenant whose keys it holds
     -- While the current step runs on a queue of its own: the queue of the
     -- instance's other steps (its FSM's, or its insert's), to come back to.
-    home_queue        text
+    home_queue        text,
+    trace_context     text,               -- the W3C traceparent the instance was inserted with (children inherit it)
+    claimed_at        timestamptz         -- when an external worker claimed the current step
     -- (fsm, version) names a row of gd._fsms: checked by every insert path, and
     -- gd._fsms refuses to lose a definition in use (gd._fsm_in_use below).  Not
     -- a foreign key: its check would weigh on every inserted row and lock the
@@ -191,6 +194,21 @@ CREATE TABLE IF NOT EXISTS gd._signals (
 CREATE UNIQUE INDEX IF NOT EXISTS signals_dedup ON gd._signals (instance_id, dedup_key) WHERE dedup_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS signals_pending ON gd._signals (instance_id, id) WHERE consumed_at IS NULL;
 
+-- What each finished step of an instance did, for FSM versions defined with
+-- history => true: appended in the step's own transaction, swept with the
+-- instance by the collector.
+CREATE TABLE IF NOT EXISTS gd._step_history (
+    instance_id bigint NOT NULL,
+    attempt     int NOT NULL,
+    step        text NOT NULL,
+    kind        text NOT NULL,        -- the outcome's telemetry kind: next, retry, await, spawn, done, stop
+    started_at  timestamptz NOT NULL,
+    ended_at    timestamptz NOT NULL,
+    error       jsonb,
+    worker      text NOT NULL         -- the executor, backend or external worker that ran the step
+);
+CREATE INDEX IF NOT EXISTS step_history_instance ON gd._step_history (instance_id, ended_at);
+
 -- ---------------------------------------------------------------------------
 -- Step context and outcomes
 -- ---------------------------------------------------------------------------
@@ -208,7 +226,8 @@ BEGIN
             signals         jsonb,
             children        jsonb,
             timed_out       boolean,
-            queue           text
+            queue           text,
+            trace_context   text
         );
         -- kind: next | retry | await | schedule_childs | done | stop
         CREATE TYPE gd.outcome AS (

@@ -134,6 +134,22 @@ BEGIN
         MESSAGE = 'gen_durable: ' || message, DETAIL = coalesce(detail, '');
 END $$;
 
+-- A W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/):
+-- version-trace_id-parent_id-flags in lowercase hex, neither id all zeros,
+-- version ff invalid; a later version may append fields after a dash.
+CREATE OR REPLACE FUNCTION gd._check_traceparent(traceparent text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$'
+       AND NOT traceparent ~ '^ff-' AND (traceparent ~ '^00-' AND length(traceparent) = 55 OR NOT traceparent ~ '^00-')
+       AND substr(traceparent, 4, 32) <> repeat('0', 32) AND substr(traceparent, 37, 16) <> repeat('0', 16) THEN
+        RETURN;
+    END IF;
+    PERFORM gd._bad_argument(format('trace_context must be a W3C traceparent, got %L', left(traceparent, 100)),
+                             'version-trace_id-parent_id-flags in lowercase hex, as in '
+                             '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01; neither id all zeros.');
+END $$;
+
 -- Refuse an empty name: "`what` must not be empty".
 CREATE OR REPLACE FUNCTION gd._check_not_empty(value text, what text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$

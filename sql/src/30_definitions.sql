@@ -5,16 +5,19 @@
 -- steps: the version's steps in the same call, an object of step names to
 -- gd_define_step's options ({"reserve": {"handler": "shop.reserve(jsonb, gd.context)",
 -- "max_attempts": 5}, "charge": {}}: a step without a handler is external).
+-- history: each finished step of the version's instances is kept in gd.step_history.
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
                                           version int DEFAULT 1, state_defaults jsonb DEFAULT '{}',
-                                          steps jsonb DEFAULT NULL)
+                                          steps jsonb DEFAULT NULL, history boolean DEFAULT false)
 RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 -- The first role to define a name owns the FSM; later versions keep that
 -- owner, and only its members may define them.  A version defined again as
 -- it is changes nothing; differently, only while it has no instances (they
--- would move, to another queue say): define a new version instead.
-CREATE OR REPLACE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb, steps jsonb)
+-- would move, to another queue say): define a new version instead.  Whether
+-- a version keeps a history is fixed when it is first defined.
+CREATE OR REPLACE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb,
+                                          steps jsonb, history boolean)
 RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -47,7 +50,17 @@ BEGIN
         PERFORM gd._bad_argument(format('steps of FSM %L must be a JSON object of step names to options, got %s',
                                         fsm_name, steps));
     END IF;
+    IF history IS NULL THEN
+        PERFORM gd._bad_argument(format('history of FSM %L must be true or false, got NULL', fsm_name));
+    END IF;
     SELECT * INTO defined FROM gd._fsms f WHERE f.name = fsm_name AND f.version = fsm_version;
+    IF FOUND AND defined.history <> history THEN
+        PERFORM gd._bad_argument(
+            format('FSM %L version %s is defined %s history: that cannot change', fsm_name, fsm_version,
+                   CASE WHEN defined.history THEN 'with' ELSE 'without' END),
+            format('Define version %s with history => %s instead.',
+                   (SELECT max(f.version) + 1 FROM gd._fsms f WHERE f.name = fsm_name), history::text));
+    END IF;
     IF FOUND AND (defined.initial_step, defined.queue, defined.state_defaults)
                  IS DISTINCT FROM (initial, queue, state_defaults)
        AND EXISTS (SELECT FROM gd._instances i WHERE i.fsm = fsm_name AND i.version = fsm_version) THEN
@@ -58,8 +71,8 @@ BEGIN
                           (SELECT max(f.version) + 1 FROM gd._fsms f WHERE f.name = fsm_name));
     END IF;
     INSERT INTO gd._queues (name) VALUES (queue) ON CONFLICT DO NOTHING;
-    INSERT INTO gd._fsms AS f (name, version, initial_step, queue, state_defaults, owner)
-    VALUES (fsm_name, fsm_version, initial, queue, state_defaults, owner)
+    INSERT INTO gd._fsms AS f (name, version, initial_step, queue, state_defaults, owner, history)
+    VALUES (fsm_name, fsm_version, initial, queue, state_defaults, owner, history)
     ON CONFLICT ON CONSTRAINT _fsms_pkey DO UPDATE
        SET initial_step = excluded.initial_step, queue = excluded.queue, state_defaults = excluded.state_defaults
      WHERE (f.initial_step, f.queue, f.state_defaults)

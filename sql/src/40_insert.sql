@@ -8,7 +8,8 @@
 CREATE OR REPLACE FUNCTION gd._insert_instance(caller oid, fsm text, state jsonb, step text, queue text, priority int,
                                     concurrency_key text, correlation_key text, correlation_scope text[],
                                     rate_limit text, weight int, eligible_at timestamptz,
-                                    schedule_in interval, on_duplicate text, parent_id bigint DEFAULT NULL)
+                                    schedule_in interval, on_duplicate text, parent_id bigint DEFAULT NULL,
+                                    trace_context text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -68,6 +69,11 @@ BEGIN
     IF correlation_key = '' THEN
         PERFORM gd._bad_argument('correlation_key must not be empty');
     END IF;
+    IF trace_context IS NOT NULL THEN
+        PERFORM gd._check_traceparent(trace_context);
+    ELSIF parent_id IS NOT NULL THEN
+        trace_context := (SELECT p.trace_context FROM gd._instances p WHERE p.id = _insert_instance.parent_id);
+    END IF;
     must_wait := false;
     IF correlation_key IS NOT NULL OR concurrency_key IS NOT NULL OR rate_limit IS NOT NULL THEN
         PERFORM gd._check_length(correlation_key, 'correlation_key'),
@@ -82,10 +88,10 @@ BEGIN
     LOOP
         INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, home_queue, external, priority,
                                         concurrency_key, gated, correlation_key, correlation_scope, rate_limit,
-                                        weight, eligible_at, parent_id)
+                                        weight, eligible_at, parent_id, trace_context)
         VALUES (fsm_row.name, fsm_row.version, fsm_row.owner, first_step, fsm_row.state_defaults || state,
                 route.queue, route.home_queue, first.handler IS NULL, priority, concurrency_key, must_wait,
-                correlation_key, correlation_scope, rate_limit, weight, run_at, parent_id)
+                correlation_key, correlation_scope, rate_limit, weight, run_at, parent_id, trace_context)
         ON CONFLICT (correlation_key, owner) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope)
         DO NOTHING
         RETURNING i.id INTO new_id;
@@ -127,15 +133,17 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '
                                       concurrency_key text DEFAULT NULL, correlation_key text DEFAULT NULL,
                                       correlation_scope text[] DEFAULT NULL, rate_limit text DEFAULT NULL,
                                       weight int DEFAULT 1, eligible_at timestamptz DEFAULT NULL,
-                                      schedule_in interval DEFAULT NULL, on_duplicate text DEFAULT 'error')
+                                      schedule_in interval DEFAULT NULL, on_duplicate text DEFAULT 'error',
+                                      trace_context text DEFAULT NULL)
 RETURNS bigint LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._insert(fsm text, state jsonb, step text, queue text, priority int, concurrency_key text,
                            correlation_key text, correlation_scope text[], rate_limit text, weight int,
-                           eligible_at timestamptz, schedule_in interval, on_duplicate text)
+                           eligible_at timestamptz, schedule_in interval, on_duplicate text, trace_context text)
 RETURNS bigint LANGUAGE sql
 AS $$ SELECT gd._insert_instance(gd._caller(), fsm, state, step, queue, priority, concurrency_key, correlation_key,
-                                 correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate) $$;
+                                 correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate, NULL,
+                                 trace_context) $$;
 
 -- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert_instance.
 CREATE OR REPLACE FUNCTION gd._insert_entry(caller oid, default_fsm text, entry jsonb, on_duplicate text,
@@ -147,7 +155,7 @@ BEGIN
     PERFORM gd._check_json(entry, 'object', 'each entry must be a JSON object of insert options');
     SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(entry) k
      WHERE k NOT IN ('fsm', 'state', 'step', 'queue', 'priority', 'concurrency_key', 'correlation_key',
-                     'correlation_scope', 'rate_limit', 'weight', 'eligible_at', 'schedule_in');
+                     'correlation_scope', 'rate_limit', 'weight', 'eligible_at', 'schedule_in', 'trace_context');
     IF unknown IS NOT NULL THEN
         PERFORM gd._bad_argument(format('unknown insert option %s', unknown), format('In entry %s.', entry));
     END IF;
@@ -166,7 +174,7 @@ BEGIN
                       gd._entry_int(entry, 'weight', 1),
                       gd._entry_cast(entry, 'eligible_at', NULL::timestamptz),
                       gd._entry_cast(entry, 'schedule_in', NULL::interval),
-                      on_duplicate, parent_id);
+                      on_duplicate, parent_id, entry->>'trace_context');
 END $$;
 
 -- The FSM of entries that need nothing but an insert each (objects with at
@@ -192,17 +200,18 @@ DECLARE
     first gd._steps;
     route record;
     inserted bigint[];
+    inherited_trace text := (SELECT p.trace_context FROM gd._instances p WHERE p.id = _insert_plain.parent_id);
 BEGIN
     PERFORM gd._check_may_use(caller, fsm_row.name);
     first := gd._step(fsm_row.name, fsm_row.version, fsm_row.initial_step);
     route := gd._route(first.queue, fsm_row.queue);
     WITH added AS (
         INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, home_queue, external,
-                                        correlation_scope, eligible_at, parent_id)
+                                        correlation_scope, eligible_at, parent_id, trace_context)
         SELECT fsm_row.name, fsm_row.version, fsm_row.owner, fsm_row.initial_step,
                fsm_row.state_defaults || coalesce(x.e->'state', '{}'),
                route.queue, route.home_queue, first.handler IS NULL, gd._live_statuses(), now(),
-               _insert_plain.parent_id
+               _insert_plain.parent_id, inherited_trace
           FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(e, n)
          ORDER BY x.n
         RETURNING i.id)

@@ -83,3 +83,30 @@ CREATE OR REPLACE FUNCTION gd._pause(queue text) RETURNS boolean
 LANGUAGE sql AS $$ SELECT gd._set_paused(queue, true) $$;
 CREATE OR REPLACE FUNCTION gd._resume(queue text) RETURNS boolean
 LANGUAGE sql AS $$ SELECT gd._set_paused(queue, false) $$;
+
+-- ---------------------------------------------------------------------------
+-- Step history: what an instance of an FSM version defined with history => true did
+-- ---------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION @extschema@.gd_history(id bigint)
+RETURNS TABLE(attempt int, step text, kind text, started_at timestamptz, ended_at timestamptz, duration interval,
+              error jsonb, worker text)
+LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+
+CREATE OR REPLACE FUNCTION gd._history(id bigint)
+RETURNS TABLE(attempt int, step text, kind text, started_at timestamptz, ended_at timestamptz, duration interval,
+              error jsonb, worker text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    target gd._instances;
+BEGIN
+    SELECT * INTO target FROM gd._instances i WHERE i.id = _history.id;
+    IF NOT FOUND OR NOT gd._may_use_instance(gd._caller(), target.owner, target.fsm) THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found',
+            MESSAGE = format('gen_durable: instance %s not found', coalesce(_history.id::text, 'NULL')),
+            HINT = 'Finished instances are swept after gen_durable.retention, with their history.';
+    END IF;
+    RETURN QUERY
+    SELECT h.attempt, h.step, h.kind, h.started_at, h.ended_at, h.ended_at - h.started_at, h.error, h.worker
+      FROM gd._step_history h WHERE h.instance_id = target.id ORDER BY h.ended_at;
+END $$;

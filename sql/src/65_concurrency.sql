@@ -55,7 +55,7 @@ DECLARE
                                        || CASE WHEN shared THEN '' ELSE key_owner::text || '/' END || key, 0);
 BEGIN
     IF NOT pg_try_advisory_xact_lock(lock_id) THEN
-        PERFORM gd._count('concurrency_contended');
+        PERFORM gd._count('concurrency_contended'), gd._count_limit('concurrency', key, 0, 0, 0, 1);
         PERFORM pg_advisory_xact_lock(lock_id);
     END IF;
 END $$;
@@ -74,10 +74,14 @@ END $$;
 CREATE OR REPLACE FUNCTION gd._must_gate(key_owner oid, key text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF key IS NULL OR gd._key_room(key_owner, key) > 0 THEN
+    IF key IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM gd._count('concurrency_throttled');
+    IF gd._key_room(key_owner, key) > 0 THEN
+        PERFORM gd._count_limit('concurrency', key, 1, 1, 0, 0);
+        RETURN false;
+    END IF;
+    PERFORM gd._count('concurrency_throttled'), gd._count_limit('concurrency', key, 1, 0, 1, 0);
     RETURN true;
 END $$;
 

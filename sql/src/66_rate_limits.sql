@@ -111,7 +111,7 @@ BEGIN
     FOR bucket_key IN SELECT DISTINCT k FROM unnest(keys) k WHERE k IS NOT NULL ORDER BY 1 LOOP
         SELECT * INTO policy FROM gd._rate_limits l WHERE l.name = split_part(bucket_key, ':', 1);
         IF NOT FOUND THEN
-            PERFORM gd._count('rate_limit_throttled');
+            PERFORM gd._count('rate_limit_throttled'), gd._count_limit('rate_limit', bucket_key, weight, 0, 1, 0);
             admitted := false;
             not_before := at + interval '1 minute';
             undefined_limit := split_part(bucket_key, ':', 1);
@@ -125,7 +125,7 @@ BEGIN
             SELECT * INTO bucket FROM gd._rate_buckets b
              WHERE b.scope = gd._bucket_scope(bucket_owner, policy) AND b.key = bucket_key FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN
-                PERFORM gd._count('rate_limit_contended');
+                PERFORM gd._count('rate_limit_contended'), gd._count_limit('rate_limit', bucket_key, 0, 0, 0, 1);
                 admitted := false;
                 RETURN;
             END IF;
@@ -151,12 +151,15 @@ BEGIN
           FROM unnest(held_scopes, held, turns) AS t(scope, key, turn), gd._rate_limits l
          WHERE b.scope = t.scope AND b.key = t.key AND t.turn IS NOT NULL AND l.name = split_part(t.key, ':', 1);
         PERFORM gd._count('rate_limit_throttled');
+        PERFORM gd._count_limit('rate_limit', t.key, weight, 0, (t.turn IS NOT NULL)::int, 0)
+           FROM unnest(held, turns) AS t(key, turn);
         admitted := false;
         not_before := due;
         RETURN;
     END IF;
     UPDATE gd._rate_buckets b SET tokens = t.level - weight, refilled_at = at
       FROM unnest(held_scopes, held, levels) AS t(scope, key, level) WHERE b.scope = t.scope AND b.key = t.key;
+    PERFORM gd._count_limit('rate_limit', k, weight, weight, 0, 0) FROM unnest(held) k;
     admitted := true;
 END $$;
 

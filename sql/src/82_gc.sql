@@ -4,7 +4,8 @@
 
 -- GC: terminal instances that finished longer than `retention` ago, and not
 -- before `after`, with their signals, in one small batch; returns how many
--- instances went and the latest finished_at among them.  A child is kept
+-- instances went and the latest finished_at among them.  Their signals and
+-- step history go with them.  A child is kept
 -- while its parent is live (the parent's join reads it).  The collector
 -- passes the previous batch's latest as `after`: the index entries before it
 -- are of rows it deleted, which a held MVCC horizon keeps in the index, and
@@ -28,6 +29,8 @@ BEGIN
          FOR UPDATE SKIP LOCKED),
     signals_gone AS (
         DELETE FROM gd._signals s USING victims v WHERE s.instance_id = v.id),
+    history_gone AS (
+        DELETE FROM gd._step_history h USING victims v WHERE h.instance_id = v.id),
     gone AS (
         DELETE FROM gd._instances i USING victims v WHERE i.id = v.id RETURNING v.finished_at)
     SELECT count(*), max(gone.finished_at) INTO swept, last_finished FROM gone;

@@ -18,6 +18,12 @@ SELECT i.* FROM gd._instances i
 CREATE OR REPLACE VIEW gd.signals WITH (security_barrier) AS
 SELECT s.* FROM gd._signals s WHERE EXISTS (SELECT FROM gd.instances i WHERE i.id = s.instance_id);
 
+-- Their step history (FSM versions defined with history => true).
+CREATE OR REPLACE VIEW gd.step_history WITH (security_barrier) AS
+SELECT h.instance_id, h.attempt, h.step, h.kind, h.started_at, h.ended_at, h.ended_at - h.started_at AS duration,
+       h.error, h.worker
+  FROM gd._step_history h WHERE EXISTS (SELECT FROM gd.instances i WHERE i.id = h.instance_id);
+
 -- Definitions of the FSMs the reader may use.
 CREATE OR REPLACE VIEW gd.fsms WITH (security_barrier) AS
 SELECT f.* FROM gd._fsms f
@@ -57,7 +63,7 @@ DECLARE
     view_name text;
 BEGIN
     FOREACH view_name IN ARRAY ARRAY['instances', 'signals', 'fsms', 'steps', 'grants', 'queues', 'rate_limits',
-                                     'concurrency_limits', 'schedules'] LOOP
+                                     'concurrency_limits', 'schedules', 'step_history'] LOOP
         EXECUTE format('CREATE OR REPLACE TRIGGER read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON gd.%I '
                        'FOR EACH ROW EXECUTE FUNCTION gd._read_only()', view_name);
     END LOOP;
@@ -84,11 +90,17 @@ END $$;
 CREATE OR REPLACE VIEW gd.workers AS SELECT * FROM gd.read_workers();
 
 CREATE OR REPLACE VIEW gd.stats AS SELECT * FROM gd.read_stats();
+CREATE OR REPLACE VIEW gd.step_stats AS SELECT * FROM gd.read_step_stats();
+CREATE OR REPLACE VIEW gd.limit_stats AS SELECT * FROM gd.read_limit_stats();
 
 -- Per queue (known or configured): the reader's instances per status, or
 -- every instance's for members of pg_monitor (totals, never a row of
 -- them), the runnable ones split into eligible now and scheduled later, the
--- age of the oldest eligible one, and pause state.
+-- age of the oldest eligible one, and pause state; then, since the last
+-- reset, its executors now (how many, steps in flight, their pick size, their
+-- busy share over the last seconds) and its counters (picks by executors and
+-- gd_claim, rows asked and picked, claims drained, leases reclaimed, stale
+-- outcomes).
 CREATE OR REPLACE VIEW gd.queue_stats AS
 SELECT q.name AS queue,
        coalesce(s.runnable, 0) AS runnable,
@@ -100,7 +112,17 @@ SELECT q.name AS queue,
        coalesce(s.failed, 0) AS failed,
        coalesce(s.cancelled, 0) AS cancelled,
        s.oldest_runnable_age,
-       q.paused
+       q.paused,
+       coalesce(c.executors, 0) AS executors,
+       coalesce(c.in_flight, 0) AS in_flight,
+       coalesce(c.batch_size, 0) AS batch_size,
+       coalesce(c.saturation, 0) AS saturation,
+       coalesce(c.picks, 0) AS picks,
+       coalesce(c.rows_asked, 0) AS rows_asked,
+       coalesce(c.rows_picked, 0) AS rows_picked,
+       coalesce(c.drained, 0) AS drained,
+       coalesce(c.reclaimed, 0) AS reclaimed,
+       coalesce(c.stale_outcomes, 0) AS stale_outcomes
   FROM (SELECT k.name, k.paused FROM gd._queues k
         UNION ALL
         SELECT c.name, false FROM unnest(gd.configured_queues()) c(name)
@@ -120,4 +142,5 @@ SELECT q.name AS queue,
         FROM gd._instances i
        WHERE (SELECT pg_has_role('pg_monitor', 'USAGE')) OR pg_has_role(i.owner, 'MEMBER')
           OR i.fsm IN (SELECT g.fsm FROM gd._grants g WHERE pg_has_role(g.role, 'MEMBER'))
-       GROUP BY i.queue) s ON s.queue = q.name;
+       GROUP BY i.queue) s ON s.queue = q.name
+  LEFT JOIN gd.read_queue_counters() c ON c.database = current_database() AND c.queue = q.name;

@@ -11,8 +11,10 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA gd FROM PUBLIC;
 -- and the API (the doors in the extension's schema).
 GRANT USAGE ON SCHEMA gd TO PUBLIC;
 GRANT SELECT ON gd.instances, gd.signals, gd.fsms, gd.steps, gd.grants, gd.queues, gd.rate_limits,
-                gd.concurrency_limits, gd.schedules, gd.workers, gd.stats, gd.queue_stats TO PUBLIC;
-GRANT EXECUTE ON FUNCTION gd.read_workers(), gd.read_stats(), gd.configured_queues() TO PUBLIC;
+                gd.concurrency_limits, gd.schedules, gd.step_history, gd.workers, gd.stats, gd.queue_stats,
+                gd.step_stats, gd.limit_stats TO PUBLIC;
+GRANT EXECUTE ON FUNCTION gd.read_workers(), gd.read_stats(), gd.configured_queues(), gd.read_step_stats(),
+                          gd.read_limit_stats(), gd.read_queue_counters() TO PUBLIC;
 
 -- Administration: for roles an administrator grants it to.
 REVOKE ALL ON FUNCTION @extschema@.gd_set_rate_limit(text, int, interval, int, boolean),
@@ -35,6 +37,7 @@ BEGIN
     -- one call per statement: each updates the extension's catalog row
     FOREACH relation IN ARRAY ARRAY['gd._queues', 'gd._fsms', 'gd._steps', 'gd._grants', 'gd._instances', 'gd._signals',
                                     'gd._concurrency_limits', 'gd._rate_limits', 'gd._rate_buckets', 'gd._schedules',
+                                    'gd._step_history',
                                     'gd._instances_id_seq', 'gd._signals_id_seq', 'gd._lease_tokens'] LOOP
         PERFORM pg_extension_config_dump(relation::regclass, '');
     END LOOP;

@@ -60,7 +60,8 @@ END $$;
 
 -- Instances: each in its owner's key space (correlation keys, concurrency
 -- keys); home_queue for steps on queues of their own.  Rewrites the table.
-ALTER TABLE gd._instances ADD COLUMN owner regrole, ADD COLUMN home_queue text;
+ALTER TABLE gd._instances ADD COLUMN owner regrole, ADD COLUMN home_queue text, ADD COLUMN trace_context text,
+    ADD COLUMN claimed_at timestamptz;
 UPDATE gd._instances i SET owner = f.owner FROM gd._fsms f WHERE f.name = i.fsm AND f.version = i.version;
 DO $$
 DECLARE
@@ -87,6 +88,10 @@ ALTER TABLE gd._rate_buckets ADD COLUMN scope regrole NOT NULL, DROP CONSTRAINT 
 
 -- Steps may run on queues of their own.
 ALTER TABLE gd._steps ADD COLUMN queue text REFERENCES gd._queues;
+
+-- FSM versions may keep a step history; handlers see their instance's trace context.
+ALTER TABLE gd._fsms ADD COLUMN history boolean NOT NULL DEFAULT false;
+ALTER TYPE gd.context ADD ATTRIBUTE trace_context text;
 
 -- What 0.2 defines with another result type.
 DROP FUNCTION gd._key_limit(text);
