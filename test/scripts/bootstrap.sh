@@ -42,6 +42,8 @@ GD_PACKAGES=(
     python3-psycopg           # the Python client (clients/python), run by TAP tests
     python3-venv              # its installation test (pip install into a venv)
     pgbouncer                 # the connection pooler test (049_poolers)
+    prometheus-postgres-exporter  # the Prometheus example's test (052_prometheus)
+    libyaml-tiny-perl         # which reads the example's YAML files
     util-linux                # runuser
 )
 
