@@ -112,7 +112,10 @@ like($metrics, qr/^gen_durable_limit_partitions_throttled_total\{[^}]*partition=
 	'its partition');
 like($metrics, qr/^gen_durable_limits_granted_total\{[^}]*kind="concurrency"[^}]*name="account"[^}]*\} 2$/m,
 	'the concurrency key admitted both, one after the other');
-like($metrics, qr/^gen_durable_events_total\{[^}]*event="step_retry"[^}]*\} 10$/m, 'the engine\'s events');
+like($metrics, qr/^gen_durable_step_total\{[^}]*kind="retry"[^}]*\} 10$/m, 'the engine\'s step counters');
+like($metrics, qr/^gen_durable_queue_depth_instances\{[^}]*queue="default"[^}]*status="done"[^}]*\} 22$/m,
+	'instances per queue and status');
+like($metrics, qr/^gen_durable_workers_running\{[^}]*kind="launcher"[^}]*\} 1$/m, 'the engine\'s workers');
 
 # Every metric the alerting rules use is exported.
 my @used;
