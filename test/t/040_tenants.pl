@@ -330,18 +330,20 @@ is(superuser(q{
 is(superuser(q{
 	SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c, aclexplode(c.relacl) a
 	 WHERE c.relnamespace = 'gd'::regnamespace AND a.grantee = 0}),
-	'concurrency_limits, fsms, grants, instances, queue_stats, queues, rate_limits, schedules, signals, stats, steps, workers',
+	'concurrency_limits, fsms, grants, instances, limit_stats, queue_stats, queues, rate_limits, schedules, signals, stats, '
+	  . 'step_history, step_stats, steps, workers',
 	'PUBLIC reads the documented views');
 is(superuser(q{
 	SELECT string_agg(p.proname, ', ' ORDER BY p.proname) FROM pg_proc p
 	 WHERE p.pronamespace = 'gd'::regnamespace AND has_function_privilege('public', p.oid, 'EXECUTE')}),
-	'configured_queues, read_stats, read_workers', 'PUBLIC executes no internal function of gd');
+	'configured_queues, read_limit_stats, read_queue_counters, read_stats, read_step_stats, read_workers',
+	'PUBLIC executes no internal function of gd');
 is(superuser(q{
 	SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p
 	 WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'gd\_%'
 	   AND has_function_privilege('public', p.oid, 'EXECUTE')}),
 	'gd_await, gd_cancel, gd_claim, gd_complete, gd_complete_all, gd_cron_ticks, gd_define_fsm, gd_define_step, gd_done, '
-	  . 'gd_drain, gd_grant, gd_heartbeat, gd_insert, gd_insert_all, gd_next, gd_outcome, gd_pause_schedule, gd_release, '
+	  . 'gd_drain, gd_grant, gd_heartbeat, gd_history, gd_insert, gd_insert_all, gd_next, gd_outcome, gd_pause_schedule, gd_release, '
 	  . 'gd_resume_schedule, gd_retry, gd_revoke, gd_schedule, gd_signal, gd_spawn, gd_stop, gd_unschedule, gd_wait_signal',
 	'PUBLIC executes the documented API, not its administration');
 is(sqlstate_as('bob', q{SELECT gd._count('step_done', 1000000000000)}), '42501', 'bob cannot count events');
