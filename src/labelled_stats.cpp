@@ -301,15 +301,26 @@ void gd_count_labelled_step(const char *fsm, const char *step, StatEvent event, 
     });
 }
 
-void gd_count_queue(const char *queue, QueueEvent event, uint64 amount)
+namespace {
+
+/* Count into the counters of this database's queue. */
+template <class F>
+void with_queue_counters(const char *queue, F &&count)
 {
-    if (tables == nullptr || amount == 0)
-        return;
     QueueKey key;
     memset(&key, 0, sizeof(key));
     key.database = MyDatabaseId;
     set_label(key.queue, queue);
-    tables->queues.with_counters(lock_of(1), key, [&](QueueCounters &c) {
+    tables->queues.with_counters(lock_of(1), key, count);
+}
+
+} // namespace
+
+void gd_count_queue(const char *queue, QueueEvent event, uint64 amount)
+{
+    if (tables == nullptr || amount == 0)
+        return;
+    with_queue_counters(queue, [&](QueueCounters &c) {
         pg_atomic_fetch_add_u64(&c.events[static_cast<int>(event)], amount);
     });
 }
@@ -318,11 +329,7 @@ void gd_count_queue_pick(const char *queue, int asked, int picked)
 {
     if (tables == nullptr)
         return;
-    QueueKey key;
-    memset(&key, 0, sizeof(key));
-    key.database = MyDatabaseId;
-    set_label(key.queue, queue);
-    tables->queues.with_counters(lock_of(1), key, [&](QueueCounters &c) {
+    with_queue_counters(queue, [&](QueueCounters &c) {
         pg_atomic_fetch_add_u64(&c.events[static_cast<int>(QueueEvent::picks)], 1);
         pg_atomic_fetch_add_u64(&c.events[static_cast<int>(QueueEvent::rows_asked)], static_cast<uint64>(asked));
         pg_atomic_fetch_add_u64(&c.events[static_cast<int>(QueueEvent::rows_picked)], static_cast<uint64>(picked));

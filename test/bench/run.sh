@@ -33,7 +33,8 @@
 # test/bench/node/peers.js, the schemas test/bench/setup.sql and
 # test/bench/peers.sql, the peers' install test/bench/peers.sh and the
 # cluster's setup test/bench/cluster.sh (shared with test/bench/soak.sh).
-# BENCH_SYSTEMS / BENCH_WORKLOADS (comma lists) run a subset; BENCH_KEEP=1
+# BENCH_SYSTEMS / BENCH_WORKLOADS (comma lists) run a subset; BENCH_HISTORY=1
+# defines gen_durable's FSMs with a step history (history => true); BENCH_KEEP=1
 # keeps the cluster's dir (and log); BENCH_JSON=file also writes the figures
 # as JSON; BENCH_EXTRA_CONF adds postgresql.conf lines, one per line (e.g.
 # shared_preload_libraries = 'gen_durable,auto_explain' and
@@ -70,6 +71,15 @@ extra_conf=()
 [[ -z ${BENCH_EXTRA_CONF:-} ]] || mapfile -t extra_conf <<<"$BENCH_EXTRA_CONF"
 bench_cluster_start "${extra_conf[@]}"
 bench_peers_schema
+if [[ ${BENCH_HISTORY:-0} == 1 ]]; then
+    # gen_durable's FSMs keep a step history (their version 2: gd_insert takes it)
+    bench_psql -c "
+        SELECT gd_define_fsm(f.name, f.initial_step, f.queue, version => 2, history => true,
+                             steps => (SELECT jsonb_object_agg(s.step, jsonb_strip_nulls(jsonb_build_object(
+                                                 'handler', s.handler::text, 'max_attempts', s.max_attempts))))
+                                         FROM gd.steps s WHERE s.fsm = f.name AND s.version = 1))
+          FROM gd.fsms f WHERE f.version = 1 AND f.name IN ('w1', 'w2', 'w3', 'x1')"
+fi
 
 "$PY" "$BENCH_DIR/bench.py" "$DIR" "$PORT"
 

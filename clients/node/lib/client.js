@@ -10,7 +10,8 @@ const { interval } = require('./outcomes');
 const SQL = {
   insert: `SELECT gd_insert($1, $2, step => $3, queue => $4, priority => $5, concurrency_key => $6,
                             correlation_key => $7, correlation_scope => $8, rate_limit => $9, weight => $10,
-                            eligible_at => $11, schedule_in => $12::interval, on_duplicate => $13) AS id`,
+                            eligible_at => $11, schedule_in => $12::interval, on_duplicate => $13,
+                            trace_context => $14) AS id`,
   insertAll: 'SELECT gd_insert_all AS id FROM gd_insert_all($1, $2)',
   // The target's type picks the overload: an instance id, or a correlation key.
   signalById: 'SELECT gd_signal($1::bigint, $2, $3, dedup_key => $4, missing_ok => $5) AS sent',
@@ -25,7 +26,7 @@ const SQL = {
 };
 
 const INSERT_OPTIONS = ['step', 'queue', 'priority', 'concurrencyKey', 'correlationKey', 'correlationScope',
-  'rateLimit', 'weight', 'eligibleAt', 'scheduleIn', 'onDuplicate'];
+  'rateLimit', 'weight', 'eligibleAt', 'scheduleIn', 'onDuplicate', 'traceContext'];
 
 /** gd_insert's parameters, in order, the defaults where `options` says nothing. */
 function insertParameters(fsm, state, options) {
@@ -34,7 +35,7 @@ function insertParameters(fsm, state, options) {
   const o = { priority: 0, weight: 1, onDuplicate: 'error', ...options };
   return [fsm, JSON.stringify(state ?? {}), o.step ?? null, o.queue ?? null, o.priority, o.concurrencyKey ?? null,
     o.correlationKey ?? null, o.correlationScope ?? null, o.rateLimit ?? null, o.weight, o.eligibleAt ?? null,
-    interval(o.scheduleIn) ?? null, o.onDuplicate];
+    interval(o.scheduleIn) ?? null, o.onDuplicate, o.traceContext ?? null];
 }
 
 /** A pooler (or another proxy) sits between us when the server does not listen on the port reached. */

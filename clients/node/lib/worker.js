@@ -357,7 +357,7 @@ function claimFrom(row, client) {
     ctx: {
       id: toId(c.id), fsm: c.fsm, version: c.version, step: c.step, attempt: c.attempt,
       correlationKey: c.correlation_key ?? null, signals: c.signals ?? [], children: c.children ?? [],
-      timedOut: Boolean(c.timed_out), queue: c.queue, connection: client,
+      timedOut: Boolean(c.timed_out), queue: c.queue, traceContext: c.trace_context ?? null, connection: client,
     },
   };
 }

@@ -120,6 +120,22 @@ test('every outcome', async (t) => {
   assert.equal((await client.get(stopped)).error.kind, 'stop');
 });
 
+test('the trace context reaches the handlers, the children inherit it', async (t) => {
+  const { s, client, worker } = await setup(t);
+  const fsm = s.name('traced');
+  const child = s.name('traced_child');
+  const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+  await s.define(child, 'work', { work: null });
+  await s.define(fsm, 'a', { a: null, b: null });
+  const id = await client.insert(fsm, {}, { traceContext: traceparent });
+  await running(worker({
+    [`${fsm}/a`]: (state, ctx) => spawn([{ fsm: child }], 'b', { seen: ctx.traceContext }),
+    [`${fsm}/b`]: (state, ctx) => done({ ...state, children: ctx.children.map((c) => c.result) }),
+    [`${child}/work`]: (state, ctx) => done({ seen: ctx.traceContext }),
+  }, { queues: [s.queue] }), () => s.allIn([id]));
+  assert.deepEqual((await client.get(id)).result, { seen: traceparent, children: [{ seen: traceparent }] });
+});
+
 test('steps without a handler are released, no attempt counted', async (t) => {
   const { s, fsm, client, handlers, worker } = await setup(t);
   const id = await client.insert(fsm, { n: 1 });

@@ -21,7 +21,7 @@ INSERT = ("SELECT gd_insert(%(fsm)s, %(state)s, step => %(step)s, queue => %(que
           " concurrency_key => %(concurrency_key)s, correlation_key => %(correlation_key)s,"
           " correlation_scope => %(correlation_scope)s, rate_limit => %(rate_limit)s, weight => %(weight)s,"
           " eligible_at => %(eligible_at)s, schedule_in => %(schedule_in)s::interval,"
-          " on_duplicate => %(on_duplicate)s)")
+          " on_duplicate => %(on_duplicate)s, trace_context => %(trace_context)s)")
 INSERT_ALL = "SELECT gd_insert_all(%s, %s)"
 SIGNAL = "SELECT gd_signal(%s, %s, %s, dedup_key => %s, missing_ok => %s)"
 AWAIT = "SELECT status, step, attempt, result, error FROM gd_await(%s, %s::interval, %s)"
@@ -57,12 +57,12 @@ def jsonb(value):
 def insert_parameters(fsm: str, state: Optional[Mapping], options: Mapping[str, Any]) -> Dict[str, Any]:
     """gd_insert's arguments by name, the defaults where `options` says nothing."""
     unknown = set(options) - {"step", "queue", "priority", "concurrency_key", "correlation_key", "correlation_scope",
-                              "rate_limit", "weight", "eligible_at", "schedule_in", "on_duplicate"}
+                              "rate_limit", "weight", "eligible_at", "schedule_in", "on_duplicate", "trace_context"}
     if unknown:
         raise TypeError(f"unknown insert options: {', '.join(sorted(unknown))}")
     parameters = dict(step=None, queue=None, priority=0, concurrency_key=None, correlation_key=None,
                       correlation_scope=None, rate_limit=None, weight=1, eligible_at=None, schedule_in=None,
-                      on_duplicate="error")
+                      on_duplicate="error", trace_context=None)
     parameters.update(options)
     parameters.update(fsm=fsm, state=jsonb(state if state is not None else {}),
                       schedule_in=interval(parameters["schedule_in"]))
@@ -118,6 +118,7 @@ class Context:
     children: List[Any]
     timed_out: bool
     queue: str
+    trace_context: Optional[str] = None  # the W3C traceparent the instance was inserted with
     connection: Any = None
 
 
@@ -138,7 +139,8 @@ def claims_from(rows, connection) -> List[Claim]:
         context = Context(id=ctx["id"], fsm=ctx["fsm"], version=ctx["version"], step=ctx["step"],
                           attempt=ctx["attempt"], correlation_key=ctx.get("correlation_key"),
                           signals=ctx.get("signals") or [], children=ctx.get("children") or [],
-                          timed_out=bool(ctx.get("timed_out")), queue=ctx["queue"], connection=connection)
+                          timed_out=bool(ctx.get("timed_out")), queue=ctx["queue"],
+                          trace_context=ctx.get("trace_context"), connection=connection)
         claims.append(Claim(id_, fsm, version, step, state, context, token))
     return claims
 

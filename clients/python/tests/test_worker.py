@@ -124,6 +124,21 @@ class WorkerTest(ServerTest):
         self.assertEqual(self.client.get(order).result, {"signal": {"paid": 3}, "children": 2})
         self.assertEqual(self.client.get(stopped).error["kind"], "stop")
 
+    def test_the_trace_context_reaches_the_handlers_and_the_children_inherit_it(self):
+        fsm, child = self.name("traced"), self.name("traced_child")
+        traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        self.define(child, "work", {"work": None})
+        self.define(fsm, "a", {"a": None, "b": None})
+        handlers = {
+            (fsm, "a"): lambda state, ctx: spawn([{"fsm": child}], then_step="b", state={"seen": ctx.trace_context}),
+            (fsm, "b"): lambda state, ctx: done({**state, "children": [c["result"] for c in ctx.children]}),
+            (child, "work"): lambda state, ctx: done({"seen": ctx.trace_context}),
+        }
+        traced = self.client.insert(fsm, trace_context=traceparent)
+        with running(self.worker(handlers)):
+            self.wait_all([traced])
+        self.assertEqual(self.client.get(traced).result, {"seen": traceparent, "children": [{"seen": traceparent}]})
+
     def test_steps_without_a_handler_are_released_not_counted(self):
         order = self.client.insert(self.fsm, {"n": 1})
         handlers = self.handlers()
