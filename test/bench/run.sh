@@ -76,7 +76,7 @@ if [[ ${BENCH_HISTORY:-0} == 1 ]]; then
     bench_psql -c "
         SELECT gd_define_fsm(f.name, f.initial_step, f.queue, version => 2, history => true,
                              steps => (SELECT jsonb_object_agg(s.step, jsonb_strip_nulls(jsonb_build_object(
-                                                 'handler', s.handler::text, 'max_attempts', s.max_attempts))))
+                                                 'handler', s.handler::text, 'max_attempts', s.max_attempts)))
                                          FROM gd.steps s WHERE s.fsm = f.name AND s.version = 1))
           FROM gd.fsms f WHERE f.version = 1 AND f.name IN ('w1', 'w2', 'w3', 'x1')"
 fi
