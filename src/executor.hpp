@@ -146,8 +146,17 @@ struct Transition {
     const char *worker;      /* the external worker that ran it; nullptr: this process */
 };
 
-/* Count a finished step (gd.stats, gd.step_stats) and append it to its history when kept. */
-void gd_record_finished_step(int64 id, const Transition &t);
+/*
+ * Count a finished step (gd.stats, gd.step_stats) and, when its FSM version
+ * keeps a history, write its row: into `batch` when given (written by
+ * gd_write_history, one INSERT for a batch of transitions), else at once.
+ */
+struct HistoryBatch;
+HistoryBatch *gd_begin_history(int capacity);
+void gd_record_finished_step(int64 id, const Transition &t, HistoryBatch *batch = nullptr);
+void gd_write_history(HistoryBatch *batch);
+/* A one-dimensional array of `count` values of `type` (NULL where nulls says, if given). */
+Datum gd_array_of(Datum *values, bool *nulls, int count, Oid type);
 
 /*
  * Validate a handler's gd.outcome and return the instance's transition;

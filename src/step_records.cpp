@@ -1,10 +1,12 @@
 /*
  * step_records.cpp — what a finished step leaves behind, whichever way it
- * ran (an executor's round, a backend's gd_drain or gd_run_here, an
+ * ran (an executor's round, a backend's gd_drain or gd._execute, an
  * external worker's completion): its count and time in gd.stats and
  * gd.step_stats, and, for an FSM version defined with history => true, a
  * row of gd._step_history written in the step's own transaction, so it
- * commits or rolls back with the step.
+ * commits or rolls back with the step.  The rows of a batch of transitions
+ * written together (transition.cpp) are inserted together, in one
+ * statement.
  */
 #include "executor.hpp"
 #include "labelled_stats.hpp"
@@ -15,6 +17,16 @@ extern "C" {
 #include "postmaster/bgworker.h"
 #include "utils/builtins.h"
 }
+
+#include <type_traits>
+
+/* History rows to insert, as the INSERT's array arguments, in the memory of the batch's writer. */
+struct HistoryBatch {
+    int count, capacity;
+    Datum *ids, *attempts, *steps, *kinds, *started, *ended, *errors, *workers;
+    bool *error_nulls;
+};
+static_assert(std::is_trivially_destructible_v<HistoryBatch>, "a HistoryBatch lives in palloc'd memory");
 
 namespace {
 
@@ -28,34 +40,75 @@ const char *this_runner()
     return name;
 }
 
-void append_history(int64 id, const Transition &t)
+Datum *datum_array(int count)
 {
-    static SPIPlanPtr append_plan = nullptr;
+    return static_cast<Datum *>(palloc(sizeof(Datum) * Max(count, 1)));
+}
+
+/* Add the step's row to the batch (which has room). */
+void add_row(HistoryBatch &batch, int64 id, const Transition &t)
+{
     TimestampTz ended = t.started_at != 0 ? t.started_at + t.duration_us : GetCurrentTimestamp();
-    TimestampTz started = t.started_at != 0 ? t.started_at : ended - t.duration_us;
-    Datum args[8] = {Int64GetDatum(id),
-                     Int32GetDatum(t.ran_attempt),
-                     CStringGetTextDatum(t.ran_step),
-                     CStringGetTextDatum(gd_step_kind(t.event)),
-                     TimestampTzGetDatum(started),
-                     TimestampTzGetDatum(ended),
-                     t.error,
-                     CStringGetTextDatum(t.worker != nullptr ? t.worker : this_runner())};
-    char nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', t.error != 0 ? ' ' : 'n', ' '};
-    if (gd_run_kept(append_plan,
-                    "INSERT INTO gd._step_history (instance_id, attempt, step, kind, started_at, ended_at, error, worker)"
-                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                    {INT8OID, INT4OID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, TEXTOID}, args,
-                    false, 0, nulls) != SPI_OK_INSERT)
-        elog(ERROR, "gen_durable: could not append to the step history of instance " INT64_FORMAT, id);
+    int i = batch.count++;
+    batch.ids[i] = Int64GetDatum(id);
+    batch.attempts[i] = Int32GetDatum(t.ran_attempt);
+    batch.steps[i] = CStringGetTextDatum(t.ran_step);
+    batch.kinds[i] = CStringGetTextDatum(gd_step_kind(t.event));
+    batch.started[i] = TimestampTzGetDatum(t.started_at != 0 ? t.started_at : ended - t.duration_us);
+    batch.ended[i] = TimestampTzGetDatum(ended);
+    batch.errors[i] = t.error;
+    batch.error_nulls[i] = t.error == 0;
+    batch.workers[i] = CStringGetTextDatum(t.worker != nullptr ? t.worker : this_runner());
 }
 
 } // namespace
 
-void gd_record_finished_step(int64 id, const Transition &t)
+HistoryBatch *gd_begin_history(int capacity)
+{
+    auto *batch = static_cast<HistoryBatch *>(palloc0(sizeof(HistoryBatch)));
+    batch->capacity = Max(capacity, 1);
+    for (Datum **column : {&batch->ids, &batch->attempts, &batch->steps, &batch->kinds, &batch->started,
+                           &batch->ended, &batch->errors, &batch->workers})
+        *column = datum_array(batch->capacity);
+    batch->error_nulls = static_cast<bool *>(palloc(sizeof(bool) * batch->capacity));
+    return batch;
+}
+
+void gd_write_history(HistoryBatch *batch)
+{
+    static SPIPlanPtr insert_plan = nullptr;
+    int n = batch->count;
+    if (n == 0)
+        return;
+    batch->count = 0;
+    Datum args[8] = {gd_array_of(batch->ids, nullptr, n, INT8OID),
+                     gd_array_of(batch->attempts, nullptr, n, INT4OID),
+                     gd_array_of(batch->steps, nullptr, n, TEXTOID),
+                     gd_array_of(batch->kinds, nullptr, n, TEXTOID),
+                     gd_array_of(batch->started, nullptr, n, TIMESTAMPTZOID),
+                     gd_array_of(batch->ended, nullptr, n, TIMESTAMPTZOID),
+                     gd_array_of(batch->errors, batch->error_nulls, n, JSONBOID),
+                     gd_array_of(batch->workers, nullptr, n, TEXTOID)};
+    if (gd_run_kept(insert_plan,
+                    "INSERT INTO gd._step_history (instance_id, attempt, step, kind, started_at, ended_at, error, worker)"
+                    " SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8)",
+                    {INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID,
+                     JSONBARRAYOID, TEXTARRAYOID},
+                    args, false, 0) != SPI_OK_INSERT)
+        elog(ERROR, "gen_durable: could not append %d rows to the step history", n);
+}
+
+void gd_record_finished_step(int64 id, const Transition &t, HistoryBatch *batch)
 {
     gd_count_step(t.event, t.duration_us);
     gd_count_labelled_step(t.fsm, t.ran_step, t.event, t.duration_us);
-    if (t.history)
-        append_history(id, t);
+    if (!t.history)
+        return;
+    if (batch != nullptr && batch->count < batch->capacity) {
+        add_row(*batch, id, t);
+        return;
+    }
+    HistoryBatch *alone = gd_begin_history(1);
+    add_row(*alone, id, t);
+    gd_write_history(alone);
 }

@@ -403,11 +403,11 @@ void gd_prepare_transition(int64 id, Transition &t)
 
 namespace {
 
-/* What follows a written transition, whichever way it was written. */
-void after_transition(int64 id, const Transition &t)
+/* What follows a written transition, whichever way it was written (history rows into `history`, if given). */
+void after_transition(int64 id, const Transition &t, HistoryBatch *history = nullptr)
 {
     if (t.event != StatEvent::count_)
-        gd_record_finished_step(id, t);
+        gd_record_finished_step(id, t, history);
     if (t.status == Status::awaiting_signal) {
         call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */
         if (t.wait_deadline != 0)
@@ -438,7 +438,9 @@ bool *flags(int count)
     return static_cast<bool *>(palloc(sizeof(bool) * count));
 }
 
-Datum array_of(Datum *values, bool *nulls, int count, Oid type)
+} // namespace
+
+Datum gd_array_of(Datum *values, bool *nulls, int count, Oid type)
 {
     int16 length;
     bool by_value;
@@ -448,8 +450,6 @@ Datum array_of(Datum *values, bool *nulls, int count, Oid type)
     int lower_bounds[1] = {1};
     return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lower_bounds, type, length, by_value, align));
 }
-
-} // namespace
 
 void gd_write_transition(int64 id, const Transition &t)
 {
@@ -545,11 +545,11 @@ void gd_flush_transitions(TransitionBatch &batch)
         externals[i] = BoolGetDatum(t.external);
         keeps[i] = BoolGetDatum(t.keep_resume);
     }
-    Datum args[11] = {array_of(ids, nullptr, n, INT8OID),          array_of(statuses, nullptr, n, TEXTOID),
-                      array_of(steps, nullptr, n, TEXTOID),        array_of(states, state_nulls, n, JSONBOID),
-                      array_of(attempts, nullptr, n, INT4OID),     array_of(eligible, nullptr, n, TIMESTAMPTZOID),
-                      array_of(results, result_nulls, n, JSONBOID), array_of(errors, error_nulls, n, JSONBOID),
-                      array_of(externals, nullptr, n, BOOLOID),    array_of(keeps, nullptr, n, BOOLOID),
+    Datum args[11] = {gd_array_of(ids, nullptr, n, INT8OID),          gd_array_of(statuses, nullptr, n, TEXTOID),
+                      gd_array_of(steps, nullptr, n, TEXTOID),        gd_array_of(states, state_nulls, n, JSONBOID),
+                      gd_array_of(attempts, nullptr, n, INT4OID),     gd_array_of(eligible, nullptr, n, TIMESTAMPTZOID),
+                      gd_array_of(results, result_nulls, n, JSONBOID), gd_array_of(errors, error_nulls, n, JSONBOID),
+                      gd_array_of(externals, nullptr, n, BOOLOID),    gd_array_of(keeps, nullptr, n, BOOLOID),
                       CStringGetTextDatum(gd_status_name(batch.locked_status))};
     batch.count = 0; /* before anything can fail: the caller's transaction is rolled back then */
     if (gd_execute_kept(batch_update_plan, args, nullptr, false, 0, KeptJoins::hashed) != SPI_OK_UPDATE_RETURNING)
@@ -562,9 +562,11 @@ void gd_flush_transitions(TransitionBatch &batch)
         written[w] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[w], SPI_tuptable->tupdesc, 1, &isnull));
     }
     qsort(written, written_count, sizeof(int64), compare_ids);
+    HistoryBatch *history = gd_begin_history(n);
     for (int i = 0; i < n; i++)
         if (bsearch(&batch.ids[i], written, written_count, sizeof(int64), compare_ids) != nullptr)
-            after_transition(batch.ids[i], batch.items[i]);
+            after_transition(batch.ids[i], batch.items[i], history);
+    gd_write_history(history);
     pfree(written);
 }
 
