@@ -36,7 +36,7 @@ extern "C" {
 
 namespace {
 
-/* The claimed rows' columns, as read by both plans below: gd_read_instance's, then queue and lease owner. */
+/* The claimed rows' columns, as read by both plans below: gd_read_instance's, then queue, lease owner, claim time. */
 #define CLAIMED_COLUMNS GD_INSTANCE_COLUMNS ", i.queue, i.lease_owner, i.claimed_at"
 
 /* The claims among ($1 ids, $2 tokens) their tokens still own, locked in id order (then input order). */

@@ -1,7 +1,8 @@
 /*
  * shmem.cpp — the extension's shared memory: the worker slot table the
- * launcher plans into and workers report through, and the await slots that
- * let executors wake backends blocked in gd_await.
+ * launcher plans into and workers report through, the await slots that
+ * let executors wake backends blocked in gd_await, and the segment of the
+ * labelled counters (labelled_stats.cpp, with its own locks).
  *
  * Locking: GdShared::lock (one named LWLock tranche) protects worker slot
  * allocation and the non-atomic slot fields.  Activity fields and await slots
