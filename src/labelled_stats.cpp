@@ -514,7 +514,8 @@ Datum label_datum(const Label &label, const char *when_empty)
 /*
  * gd.read_step_stats(): per (database, fsm, step, kind): count, total_ms,
  * max_ms, p50_ms, p95_ms, p99_ms, latency_le (seconds), latency_bucket
- * (cumulative counts at those bounds); the "(other)" row last when used.
+ * (cumulative counts at those bounds), since, latency_histogram (the count
+ * of each of the 128 buckets); the "(other)" row last when used.
  */
 GD_SQL_FUNCTION(gd_read_step_stats)
 {
@@ -539,15 +540,16 @@ GD_SQL_FUNCTION(gd_read_step_stats)
                 running += buckets[next];
             cumulative[b] = running;
         }
-        Datum values[13] = {database, fsm, step, kind, Int64GetDatum(static_cast<int64>(count)),
+        Datum values[14] = {database, fsm, step, kind, Int64GetDatum(static_cast<int64>(count)),
                             Float8GetDatum(pg_atomic_read_u64(&c.total_us) / 1000.0),
                             Float8GetDatum(max_us / 1000.0),
                             Float8GetDatum(quantile_ms(buckets, count, max_us, 0.50)),
                             Float8GetDatum(quantile_ms(buckets, count, max_us, 0.95)),
                             Float8GetDatum(quantile_ms(buckets, count, max_us, 0.99)), bounds,
                             bigint_array(cumulative, PROMETHEUS_BUCKETS),
-                            TimestampTzGetDatum(static_cast<TimestampTz>(pg_atomic_read_u64(&gd_shared->stats.reset_at)))};
-        bool nulls[13] = {};
+                            TimestampTzGetDatum(static_cast<TimestampTz>(pg_atomic_read_u64(&gd_shared->stats.reset_at))),
+                            bigint_array(buckets, LATENCY_BUCKETS)};
+        bool nulls[14] = {};
         nulls[0] = database == 0;
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     };

@@ -1,0 +1,251 @@
+"""gd-web: the HTTP side.  Server-rendered pages (Jinja2, every value
+escaped), refreshed in place every 2 s by static/live.js; each action is a
+POST from a confirmation page, carrying the CSRF token of its browser (a
+random cookie repeated in the form), run as the dashboard's role through the
+API, whose refusal is shown as it is."""
+
+import contextlib
+import datetime
+import hmac
+import json
+import logging
+import os
+import secrets
+from typing import Any, Optional
+from urllib.parse import urlencode
+
+import psycopg
+from markupsafe import Markup
+from psycopg_pool import ConnectionPool
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from . import charts, data
+
+log = logging.getLogger("gd_web")
+HERE = os.path.dirname(__file__)
+CSRF_COOKIE = "gd_web_csrf"
+LIVE_HEADER = "x-gd-live"  # static/live.js asks for the page's live part only
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+class Dashboard:
+    def __init__(self, dsn: str, sample_seconds: float = charts.SAMPLE_SECONDS):
+        self.pool = ConnectionPool(dsn, min_size=1, max_size=4, open=False,
+                                   kwargs={"application_name": "gd-web"})
+        self.sampler = charts.Sampler(self.pool, sample_seconds)
+        self.templates = Jinja2Templates(directory=os.path.join(HERE, "templates"), autoescape=True)
+        self.templates.env.filters["json"] = pretty_json
+        self.templates.env.globals["sparkline"] = lambda points: Markup(charts.sparkline(points))
+        self.schema: Optional[str] = None
+
+    # -- life ---------------------------------------------------------------
+
+    def startup(self):
+        self.pool.open(wait=True, timeout=30)
+        self.sampler.start()
+
+    def shutdown(self):
+        self.sampler.stop()
+        self.pool.close()
+
+    def api_schema(self, conn) -> str:
+        if self.schema is None:
+            self.schema = data.api_schema(conn)
+        if self.schema is None:
+            raise psycopg.errors.UndefinedObject("gen_durable is not installed in this database")
+        return self.schema
+
+    # -- rendering -----------------------------------------------------------
+
+    def render(self, request: Request, template: str, status_code: int = 200, **context) -> Response:
+        token = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+        live_only = request.headers.get(LIVE_HEADER) == "1"
+        context.update(request=request, csrf=token, layout="live.html" if live_only else "base.html",
+                       now=datetime.datetime.now(datetime.timezone.utc), age=data.age,
+                       notice=request.query_params.get("notice", ""))
+        response = self.templates.TemplateResponse(template, context, status_code=status_code)
+        if CSRF_COOKIE not in request.cookies:
+            response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict", path="/")
+        response.headers["Content-Security-Policy"] = "default-src 'self'; style-src 'self'; img-src 'self' data:"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        return response
+
+    def refused(self, request: Request, message: str, status_code: int) -> Response:
+        return self.render(request, "refused.html", status_code=status_code, message=message)
+
+    # -- pages ---------------------------------------------------------------
+
+    def overview(self, request: Request) -> Response:
+        with self.pool.connection() as conn:
+            queues, workers = data.queues(conn), data.workers(conn)
+            counters, steps = data.counters(conn), data.step_stats(conn)
+        series = self.sampler.series()
+        backlogs = {q["queue"]: self.sampler.backlog(q["queue"]) for q in queues}
+        return self.render(request, "overview.html", queues=queues, workers=workers, counters=counters,
+                           steps=steps, series=series, backlogs=backlogs)
+
+    def instance_list(self, request: Request) -> Response:
+        flt = data.InstanceFilter.from_query(request.query_params)
+        after = request.query_params.get("after", "")
+        try:
+            with self.pool.connection() as conn:
+                page, next_cursor = data.instances(conn, flt, after)
+                options = data.choices(conn)
+        except (psycopg.errors.InvalidDatetimeFormat, psycopg.errors.DatetimeFieldOverflow) as error:
+            return self.refused(request, f"gd-web: bad time in the filter: {error.diag.message_primary}", 400)
+        return self.render(request, "instances.html", flt=flt, page=page, next_cursor=next_cursor,
+                           options=options, statuses=data.STATUSES, first_page=not after)
+
+    def instance_page(self, request: Request) -> Response:
+        instance_id = int(request.path_params["id"])
+        with self.pool.connection() as conn:
+            found = data.instance(conn, instance_id)
+            if found is None:
+                return self.refused(request, f"gd-web: instance {instance_id} does not exist, or this role may "
+                                             f"not see it", 404)
+            return self.render(request, "instance.html", i=found, signals=data.signals(conn, instance_id),
+                               family=data.family(conn, instance_id), history=data.history(conn, instance_id),
+                               definition=data.definition(conn, found["fsm"], found["version"]),
+                               parent=data.instance(conn, found["parent_id"]) if found["parent_id"] else None)
+
+    def schedules_page(self, request: Request) -> Response:
+        with self.pool.connection() as conn:
+            return self.render(request, "schedules.html", schedules=data.schedules(conn),
+                               rate_limits=data.rate_limits(conn), concurrency_limits=data.concurrency_limits(conn))
+
+    # -- actions -------------------------------------------------------------
+
+    def confirm(self, request: Request) -> Response:
+        """The confirmation page of an action: what it will do, and the form that does it."""
+        action = request.path_params["action"]
+        if action not in ACTIONS:
+            return self.refused(request, f"gd-web: no action {action!r}", 404)
+        flt = data.InstanceFilter.from_query(request.query_params)
+        target = request.query_params.get("target", "")
+        count = None
+        if action in ("bulk_cancel", "bulk_retry"):
+            with self.pool.connection() as conn:
+                count = len(data.matching_ids(conn, flt, BULK_STATUSES[action]))
+        return self.render(request, "confirm.html", action=action, title=ACTIONS[action], target=target, flt=flt,
+                           count=count, bulk_limit=data.BULK_LIMIT)
+
+    async def act(self, request: Request) -> Response:
+        form = await request.form()
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        if not cookie or not hmac.compare_digest(cookie, str(form.get("csrf", ""))):
+            return self.refused(request, "gd-web: this form's CSRF token is missing or wrong: open the page again", 403)
+        action = request.path_params["action"]
+        if action not in ACTIONS:
+            return self.refused(request, f"gd-web: no action {action!r}", 404)
+        return await run_in_threadpool(self._act, request, action, form)
+
+    def _act(self, request: Request, action: str, form) -> Response:
+        target = str(form.get("target", ""))
+        flt = data.InstanceFilter.from_query(form)
+        try:
+            with self.pool.connection() as conn:
+                schema = self.api_schema(conn)
+                notice, back = ACTION_RUNNERS[action](conn, schema, target, form, flt)
+        except (ValueError, json.JSONDecodeError) as error:
+            return self.refused(request, f"gd-web: {error}", 400)
+        except psycopg.Error as error:
+            status = 403 if error.sqlstate == "42501" else 400
+            return self.refused(request, f"{error.diag.message_primary} (SQLSTATE {error.sqlstate})", status)
+        return RedirectResponse(f"{back}{'&' if '?' in back else '?'}{urlencode({'notice': notice})}", status_code=303)
+
+
+def _instance_id(target: str) -> int:
+    if not target.isdigit():
+        raise ValueError(f"an instance id is a number, got {target!r}")
+    return int(target)
+
+
+def _run_cancel(conn, schema, target, form, flt):
+    instance_id = _instance_id(target)
+    done = data.cancel(conn, schema, instance_id, str(form.get("reason", "")))
+    return (f"instance {instance_id} cancelled" if done else
+            f"instance {instance_id} was not cancelled: it is not live, or this role may not use it",
+            f"/instances/{instance_id}")
+
+
+def _run_retry(conn, schema, target, form, flt):
+    instance_id = _instance_id(target)
+    done = data.retry(conn, schema, instance_id)
+    return (f"instance {instance_id} retried" if done else
+            f"instance {instance_id} was not retried: it is not failed, or this role may not use it",
+            f"/instances/{instance_id}")
+
+
+def _run_signal(conn, schema, target, form, flt):
+    instance_id = _instance_id(target)
+    name = str(form.get("name", "")).strip()
+    if not name:
+        raise ValueError("a signal needs a name")
+    payload = json.loads(str(form.get("payload", "") or "{}"))
+    stored = data.signal(conn, schema, instance_id, name, payload, str(form.get("dedup_key", "")).strip())
+    return (f"signal {name} delivered to instance {instance_id}" if stored else
+            f"signal {name} was already delivered to instance {instance_id} (same dedup key)",
+            f"/instances/{instance_id}")
+
+
+def _run_pause(paused):
+    def run(conn, schema, target, form, flt):
+        changed = data.pause(conn, schema, target, paused)
+        word = "paused" if paused else "resumed"
+        return (f"queue {target} {word}" if changed else f"queue {target} was already {word}", "/")
+    return run
+
+
+def _run_bulk(statuses, one):
+    def run(conn, schema, target, form, flt):
+        ids = data.matching_ids(conn, flt, statuses)
+        changed = sum(1 for instance_id in ids if one(conn, schema, instance_id))
+        return f"{changed} of {len(ids)} instances changed", f"/instances?{urlencode(flt.params())}"
+    return run
+
+
+BULK_STATUSES = {"bulk_cancel": ("runnable", "executing", "awaiting_signal", "awaiting_children"),
+                 "bulk_retry": ("failed",)}
+ACTIONS = {"cancel": "Cancel instance", "retry": "Retry instance", "signal": "Signal instance",
+           "pause": "Pause queue", "resume": "Resume queue",
+           "bulk_cancel": "Cancel the live instances of this filter",
+           "bulk_retry": "Retry the failed instances of this filter"}
+ACTION_RUNNERS = {
+    "cancel": _run_cancel, "retry": _run_retry, "signal": _run_signal,
+    "pause": _run_pause(True), "resume": _run_pause(False),
+    "bulk_cancel": _run_bulk(BULK_STATUSES["bulk_cancel"], lambda c, s, i: data.cancel(c, s, i, "gd-web bulk cancel")),
+    "bulk_retry": _run_bulk(BULK_STATUSES["bulk_retry"], lambda c, s, i: data.retry(c, s, i)),
+}
+
+
+def create_app(dsn: str, sample_seconds: float = charts.SAMPLE_SECONDS) -> Starlette:
+    board = Dashboard(dsn, sample_seconds)
+    routes = [
+        Route("/", board.overview),
+        Route("/instances", board.instance_list),
+        Route("/instances/{id:int}", board.instance_page),
+        Route("/schedules", board.schedules_page),
+        Route("/confirm/{action}", board.confirm),
+        Route("/act/{action}", board.act, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=os.path.join(HERE, "static")), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await run_in_threadpool(board.startup)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(board.shutdown)
+
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,277 @@
+"""What the dashboard reads and does: every statement, each run on a
+connection of the dashboard's role, so the views show that role's rows and
+the API decides what it may do.  Reads go through the views of schema gd;
+actions through the API functions, qualified with the extension's schema."""
+
+import dataclasses
+import datetime
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+STATUSES = ("runnable", "executing", "awaiting_signal", "awaiting_children", "done", "failed", "cancelled")
+PAGE_SIZE = 50
+BULK_LIMIT = 1000  # instances one bulk action changes at most
+
+
+def rows(conn, query, params: Sequence[Any] = ()) -> List[Dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(query, params)
+        return cur.fetchall()
+
+
+def api_schema(conn) -> Optional[str]:
+    """The schema of the API functions (CREATE EXTENSION's), or None without the extension."""
+    found = rows(conn, "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+                       " WHERE e.extname = 'gen_durable'")
+    return found[0]["nspname"] if found else None
+
+
+def api(schema: str, function: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(function))
+
+
+# -- overview -----------------------------------------------------------------
+
+def queues(conn) -> List[Dict[str, Any]]:
+    return rows(conn, "SELECT * FROM gd.queue_stats ORDER BY queue")
+
+
+def workers(conn) -> List[Dict[str, Any]]:
+    return rows(conn, "SELECT pid, kind, database, queue, instance_id, since FROM gd.workers"
+                      " ORDER BY kind, database NULLS FIRST, queue NULLS FIRST, pid")
+
+
+def counters(conn) -> List[Dict[str, Any]]:
+    return rows(conn, "SELECT event, count, total_ms, since FROM gd.stats WHERE count > 0 ORDER BY event")
+
+
+def step_stats(conn) -> List[Dict[str, Any]]:
+    return rows(conn, "SELECT database, fsm, step, kind, count, total_ms, max_ms, p50_ms, p95_ms, p99_ms,"
+                      "       latency_histogram FROM gd.step_stats WHERE database = current_database()"
+                      "    OR database IS NULL ORDER BY fsm, step, kind")
+
+
+# -- the latency histogram (src/labelled_stats.cpp's buckets) ------------------
+
+BUCKETS_PER_DOUBLING = 4
+
+
+def _bucket_lower_us(bucket: int) -> float:
+    return 0.0 if bucket == 0 else 2.0 ** (bucket / BUCKETS_PER_DOUBLING)
+
+
+def quantile_ms(histogram: Sequence[int], q: float) -> Optional[float]:
+    """The q-quantile of bucket counts, read as the engine reads it (within 9%)."""
+    total = sum(histogram)
+    if total == 0:
+        return None
+    rank, below = max(q * total, 1.0), 0
+    for bucket, count in enumerate(histogram):
+        if count and below + count >= rank:
+            fraction = (rank - below) / count
+            lower, upper = _bucket_lower_us(bucket), _bucket_lower_us(bucket + 1)
+            value = upper * fraction if bucket == 0 else lower * math.pow(upper / lower, fraction)
+            return value / 1000.0
+        below += count
+    return None
+
+
+# -- instances ----------------------------------------------------------------
+
+@dataclasses.dataclass
+class InstanceFilter:
+    queue: str = ""
+    fsm: str = ""
+    status: str = ""
+    step: str = ""
+    key: str = ""            # correlation key prefix
+    since: str = ""          # created at or after (ISO date or timestamp)
+    until: str = ""          # created before
+    sort: str = "newest"     # newest | oldest | priority
+
+    @classmethod
+    def from_query(cls, query) -> "InstanceFilter":
+        found = cls(**{f.name: (query.get(f.name) or "").strip() for f in dataclasses.fields(cls)})
+        if found.sort not in ("newest", "oldest", "priority"):
+            found.sort = "newest"
+        if found.status and found.status not in STATUSES:
+            found.status = ""
+        return found
+
+    def params(self) -> Dict[str, str]:
+        """The non-empty fields, for links that keep the filter."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v and not (k == "sort" and v == "newest")}
+
+    def where(self) -> (sql.Composable, List[Any]):
+        clauses, params = [], []
+        for column in ("queue", "fsm", "status", "step"):
+            value = getattr(self, column)
+            if value:
+                clauses.append(sql.SQL("i.{} = %s").format(sql.Identifier(column)))
+                params.append(value)
+        if self.key:
+            clauses.append(sql.SQL("i.correlation_key LIKE %s"))
+            params.append(self.key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        if self.since:
+            clauses.append(sql.SQL("i.created_at >= %s::timestamptz"))
+            params.append(self.since)
+        if self.until:
+            clauses.append(sql.SQL("i.created_at < %s::timestamptz"))
+            params.append(self.until)
+        if not clauses:
+            return sql.SQL("true"), params
+        return sql.SQL(" AND ").join(clauses), params
+
+
+def _cursor_clause(flt: InstanceFilter, after: str):
+    """Keyset: the rows after the page's last (by id for age, by (priority, id) for priority)."""
+    if not after:
+        return sql.SQL("true"), []
+    try:
+        if flt.sort == "priority":
+            priority, last_id = (int(part) for part in after.split(":", 1))
+            return sql.SQL("(i.priority, i.id) > (%s, %s)"), [priority, last_id]
+        last_id = int(after)
+    except ValueError:
+        return sql.SQL("true"), []
+    return (sql.SQL("i.id > %s") if flt.sort == "oldest" else sql.SQL("i.id < %s")), [last_id]
+
+
+ORDERS = {"newest": "i.id DESC", "oldest": "i.id", "priority": "i.priority, i.id"}
+LIST_COLUMNS = ("i.id, i.fsm, i.version, i.step, i.status, i.queue, i.priority, i.attempt, i.correlation_key,"
+                " i.created_at, i.updated_at, i.finished_at, i.parent_id")
+
+
+def instances(conn, flt: InstanceFilter, after: str = "") -> (List[Dict[str, Any]], Optional[str]):
+    """One page of instances and the cursor of the next (None on the last page)."""
+    where, params = flt.where()
+    cursor, cursor_params = _cursor_clause(flt, after)
+    query = sql.SQL("SELECT {} FROM gd.instances i WHERE {} AND {} ORDER BY {} LIMIT %s").format(
+        sql.SQL(LIST_COLUMNS), where, cursor, sql.SQL(ORDERS[flt.sort]))
+    found = rows(conn, query, params + cursor_params + [PAGE_SIZE + 1])
+    page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
+    if not more:
+        return page, None
+    last = page[-1]
+    return page, (f"{last['priority']}:{last['id']}" if flt.sort == "priority" else str(last["id"]))
+
+
+def matching_ids(conn, flt: InstanceFilter, statuses: Sequence[str]) -> List[int]:
+    """The ids a bulk action applies to: the filter's, in these statuses, at most BULK_LIMIT."""
+    where, params = flt.where()
+    query = sql.SQL("SELECT i.id FROM gd.instances i WHERE {} AND i.status = ANY (%s) ORDER BY i.id LIMIT %s").format(
+        where)
+    return [r["id"] for r in rows(conn, query, params + [list(statuses), BULK_LIMIT])]
+
+
+def choices(conn) -> Dict[str, List[str]]:
+    """What the filter's lists offer: the queues and FSMs the role sees."""
+    return {"queues": [r["name"] for r in rows(conn, "SELECT name FROM gd.queues ORDER BY name")],
+            "fsms": [r["name"] for r in rows(conn, "SELECT DISTINCT name FROM gd.fsms ORDER BY name")]}
+
+
+def instance(conn, instance_id: int) -> Optional[Dict[str, Any]]:
+    found = rows(conn, "SELECT * FROM gd.instances WHERE id = %s", [instance_id])
+    return found[0] if found else None
+
+
+def signals(conn, instance_id: int) -> List[Dict[str, Any]]:
+    return rows(conn, "SELECT id, name, payload, dedup_key, delivered_at, consumed_at FROM gd.signals"
+                      " WHERE instance_id = %s ORDER BY id", [instance_id])
+
+
+def family(conn, instance_id: int) -> List[Dict[str, Any]]:
+    """The instance's descendants, depth first, with their depth (the instance itself at depth 0)."""
+    return rows(conn, """
+        WITH RECURSIVE tree AS (
+            SELECT i.id, i.fsm, i.step, i.status, 0 AS depth, ARRAY[i.id] AS path
+              FROM gd.instances i WHERE i.id = %s
+            UNION ALL
+            SELECT c.id, c.fsm, c.step, c.status, t.depth + 1, t.path || c.id
+              FROM tree t JOIN gd.instances c ON c.parent_id = t.id
+             WHERE t.depth < 20)
+        SELECT id, fsm, step, status, depth FROM tree ORDER BY path LIMIT 500""", [instance_id])
+
+
+def history(conn, instance_id: int) -> List[Dict[str, Any]]:
+    return rows(conn, "SELECT attempt, step, kind, started_at, ended_at, duration, error, worker"
+                      "  FROM gd.step_history WHERE instance_id = %s ORDER BY ended_at", [instance_id])
+
+
+def definition(conn, fsm: str, version: int) -> Dict[str, Any]:
+    found = rows(conn, "SELECT * FROM gd.fsms WHERE name = %s AND version = %s", [fsm, version])
+    steps = rows(conn, "SELECT s.step, (SELECT format('%%I.%%I(%%s)', n.nspname, p.proname,"
+                       "                         pg_get_function_identity_arguments(p.oid))"
+                       "                   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                       "                  WHERE p.oid = s.handler) AS handler,"
+                       "       s.max_attempts, s.backoff, s.max_backoff, s.timeout, s.rate_limit, s.queue"
+                       "  FROM gd.steps s WHERE s.fsm = %s AND s.version = %s ORDER BY s.step",
+                 [fsm, version])
+    return {"fsm": found[0] if found else None, "steps": steps}
+
+
+# -- schedules and limits -----------------------------------------------------
+
+def schedules(conn) -> List[Dict[str, Any]]:
+    return rows(conn, "SELECT * FROM gd.schedules ORDER BY name")
+
+
+def rate_limits(conn) -> List[Dict[str, Any]]:
+    return rows(conn, """
+        SELECT l.name, l.rate, l.per, l.burst, l.shared, s.wanted, s.granted, s.throttled
+          FROM gd.rate_limits l
+          LEFT JOIN gd.limit_stats s ON s.kind = 'rate_limit' AND s.name = l.name AND s.partition IS NULL
+                                    AND s.database = current_database()
+         ORDER BY l.name""")
+
+
+def concurrency_limits(conn) -> List[Dict[str, Any]]:
+    """Each limit with the instances the role sees running under it now, and waiting."""
+    return rows(conn, """
+        SELECT l.name, l.max, l.shared,
+               (SELECT count(*) FROM gd.instances i
+                 WHERE split_part(i.concurrency_key, ':', 1) = l.name AND NOT i.gated
+                   AND i.status IN ('runnable', 'executing')) AS running,
+               (SELECT count(*) FROM gd.instances i
+                 WHERE split_part(i.concurrency_key, ':', 1) = l.name AND i.gated AND i.status = 'runnable') AS waiting,
+               s.throttled
+          FROM gd.concurrency_limits l
+          LEFT JOIN gd.limit_stats s ON s.kind = 'concurrency' AND s.name = l.name AND s.partition IS NULL
+                                    AND s.database = current_database()
+         ORDER BY l.name""")
+
+
+# -- actions ------------------------------------------------------------------
+
+def cancel(conn, schema: str, instance_id: int, reason: str) -> bool:
+    return conn.execute(sql.SQL("SELECT {}(%s, %s)").format(api(schema, "gd_cancel")),
+                        [instance_id, reason or None]).fetchone()[0]
+
+
+def retry(conn, schema: str, instance_id: int) -> bool:
+    return conn.execute(sql.SQL("SELECT {}(%s)").format(api(schema, "gd_retry")), [instance_id]).fetchone()[0]
+
+
+def signal(conn, schema: str, instance_id: int, name: str, payload: Any, dedup_key: str) -> Optional[bool]:
+    return conn.execute(sql.SQL("SELECT {}(%s::bigint, %s, %s, dedup_key => %s)").format(api(schema, "gd_signal")),
+                        [instance_id, name, Jsonb(payload), dedup_key or None]).fetchone()[0]
+
+
+def pause(conn, schema: str, queue: str, paused: bool) -> bool:
+    function = "gd_pause" if paused else "gd_resume"
+    return conn.execute(sql.SQL("SELECT {}(%s)").format(api(schema, function)), [queue]).fetchone()[0]
+
+
+def age(moment: Optional[datetime.datetime], now: datetime.datetime) -> str:
+    """How long ago, shortly: '3 s', '5 min', '2 h', '4 d'."""
+    if moment is None:
+        return ""
+    seconds = max((now - moment).total_seconds(), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"

@@ -1,0 +1,155 @@
+"""Every page and action over HTTP (Starlette's test client), as the FSM's
+owner and as a role without grants: what each sees, what each may do, CSRF,
+escaping, keyset paging and filters."""
+
+import json
+import re
+
+from starlette.testclient import TestClient
+
+from gd_web import create_app
+from support import DashboardTest, csrf_of, dsn_as
+
+
+class AsOwner(DashboardTest):
+    def setUp(self):
+        super().setUp()
+        self.client = TestClient(create_app(dsn_as("web_shop"), sample_seconds=0.2))
+        self.client.__enter__()
+        self.addCleanup(self.client.__exit__, None, None, None)
+
+    def act(self, action, **form):
+        page = self.client.get(f"/confirm/{action}", params={"target": form.get("target", "")})
+        self.assertEqual(page.status_code, 200)
+        return self.client.post(f"/act/{action}", data={"csrf": csrf_of(page.text), **form}, follow_redirects=False)
+
+    def test_overview_shows_queues_steps_workers_and_counters(self):
+        waiting = self.insert({"n": 1})
+        self.until(lambda: self.status(waiting) == "awaiting_signal", message="the wait")
+        page = self.client.get("/")
+        self.assertEqual(page.status_code, 200)
+        self.assertIn('data-queue="default"', page.text)
+        self.assertRegex(page.text, r'<td>web_order</td><td>pack</td><td>await</td><td>\d+</td>')
+        self.assertIn("<td>launcher</td>", page.text)
+        self.assertIn("default-src 'self'", page.headers["content-security-policy"])
+
+    def test_live_part_alone(self):
+        page = self.client.get("/", headers={"X-GD-Live": "1"})
+        self.assertEqual(page.status_code, 200)
+        self.assertNotIn("<html", page.text)
+        self.assertIn('id="queues"', page.text)
+
+    def test_filters_and_keyset_pages(self):
+        ids = [self.insert({"n": n}, correlation_key=f"page-{self.tag}-{n:03}", priority=n % 3) for n in range(120)]
+        seen, cursor_url = [], f"/instances?key=page-{self.tag}-"
+        while cursor_url:
+            page = self.client.get(cursor_url)
+            self.assertEqual(page.status_code, 200)
+            seen += [int(i) for i in re.findall(r'<tr data-id="(\d+)"', page.text)]
+            found = re.search(r'id="next" href="([^"]+)"', page.text)
+            cursor_url = found.group(1).replace("&amp;", "&") if found else None
+        self.assertEqual(seen, sorted(ids, reverse=True), "newest first, every one once, 50 a page")
+        by_priority = self.client.get(f"/instances?key=page-{self.tag}-&sort=priority")
+        shown = [int(i) for i in re.findall(r'<tr data-id="(\d+)"', by_priority.text)]
+        self.assertEqual(shown, [i for n, i in sorted((n % 3, i) for n, i in enumerate(ids))][:50])
+        narrowed = self.client.get(f"/instances?key=page-{self.tag}-00&fsm=web_order&status=awaiting_signal&step=pack")
+        self.assertEqual(len(re.findall(r'<tr data-id="', narrowed.text)), 10)
+        self.assertIn("No instances", self.client.get("/instances?key=page-&status=failed&since=2100-01-01").text)
+        bad = self.client.get("/instances?since=yesterday-ish")
+        self.assertEqual(bad.status_code, 400)
+        self.assertIn("bad time in the filter", bad.text)
+
+    def test_instance_page_escapes_what_it_shows(self):
+        parent = self.insert({"spawn": True, "note": "<script>alert('x')</script>"})
+        self.until(lambda: self.status(parent) == "done", message="the spawn and its child")
+        page = self.client.get(f"/instances/{parent}")
+        self.assertEqual(page.status_code, 200)
+        self.assertNotIn("<script>alert", page.text)
+        self.assertIn("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;", page.text)
+        self.assertRegex(page.text, r'id="children"[^<]*<li class="depth-1"><a href="/instances/\d+">')
+        self.assertIn('id="history"', page.text)
+        self.assertIn("<code>web_shop.step(state jsonb, ctx gd.context)</code>", page.text)
+        self.assertEqual(self.client.get("/instances/999999999").status_code, 404)
+
+    def test_signal_cancel_retry_pause_and_bulk(self):
+        order = self.insert({"n": 1})
+        self.until(lambda: self.status(order) == "awaiting_signal", message="the wait")
+        done = self.act("signal", target=str(order), name="paid", payload='{"amount": 3}', dedup_key="pay-1")
+        self.assertEqual(done.status_code, 303)
+        self.assertIn("notice=signal+paid+delivered", done.headers["location"])
+        self.until(lambda: self.status(order) == "done", message="the paid order shipped")
+        self.assertIn("&#34;amount&#34;: 3", self.client.get(f"/instances/{order}").text)
+        self.assertEqual(self.act("signal", target=str(order), name="paid", payload="{not json").status_code, 400)
+
+        other = self.insert({"n": 2})
+        self.until(lambda: self.status(other) == "awaiting_signal", message="the wait")
+        self.assertIn("cancelled", self.act("cancel", target=str(other), reason="test").headers["location"])
+        self.assertEqual(self.status(other), "cancelled")
+        self.assertIn("was+not+cancelled", self.act("cancel", target=str(other)).headers["location"])
+
+        failed = self.insert({"fail": True})
+        self.until(lambda: self.status(failed) == "failed", message="the failure")
+        self.assertIn("retried", self.act("retry", target=str(failed)).headers["location"])
+
+        bulk = [self.insert({"n": n}, correlation_key=f"bulk-{self.tag}-{n}") for n in range(3)]
+        self.until(lambda: all(self.status(i) == "awaiting_signal" for i in bulk), message="the waits")
+        confirm = self.client.get("/confirm/bulk_cancel", params={"key": f"bulk-{self.tag}-"})
+        self.assertIn("3 instances match", confirm.text)
+        result = self.client.post("/act/bulk_cancel", data={"csrf": csrf_of(confirm.text), "key": f"bulk-{self.tag}-"},
+                                  follow_redirects=False)
+        self.assertIn("3+of+3+instances+changed", result.headers["location"])
+        self.assertEqual({self.status(i) for i in bulk}, {"cancelled"})
+
+        # gd_pause is administration: refused to this role until granted, and said so.
+        refused = self.act("pause", target="default")
+        self.assertEqual(refused.status_code, 403)
+        self.assertIn("permission denied for function gd_pause", refused.text)
+
+    def test_every_action_needs_the_csrf_token(self):
+        order = self.insert({"n": 1})
+        self.client.get("/")
+        for form in ({}, {"csrf": "guessed"}):
+            answer = self.client.post("/act/cancel", data={"target": str(order), **form})
+            self.assertEqual(answer.status_code, 403)
+            self.assertIn("CSRF token", answer.text)
+        self.assertNotEqual(self.status(order), "cancelled")
+
+    def test_schedules_and_limits(self):
+        self.db.execute("SELECT gd_set_rate_limit(%s, 10, '1 minute')", [f"web_rate_{self.tag}"])
+        self.db.execute("SELECT gd_set_concurrency_limit(%s, 2)", [f"web_room_{self.tag}"])
+        with __import__("psycopg").connect(dsn_as("web_shop"), autocommit=True) as shop:
+            shop.execute("SELECT gd_schedule(%s, '0 3 * * *', 'web_order', time_zone => 'Europe/Berlin')",
+                         [f"nightly_{self.tag}"])
+        page = self.client.get("/schedules")
+        self.assertEqual(page.status_code, 200)
+        self.assertIn(f"<td>nightly_{self.tag}</td><td><code>0 3 * * *</code></td><td>Europe/Berlin</td>", page.text)
+        self.assertIn(f"<td>web_rate_{self.tag}</td><td>10 per 0:01:00</td>", page.text)
+        self.assertIn(f"<td>web_room_{self.tag}</td><td>2</td>", page.text)
+
+
+class AsStranger(DashboardTest):
+    """A role with no grant sees none of web_order's instances and may act on none."""
+
+    def setUp(self):
+        super().setUp()
+        self.client = TestClient(create_app(dsn_as("web_stranger"), sample_seconds=0.2))
+        self.client.__enter__()
+        self.addCleanup(self.client.__exit__, None, None, None)
+
+    def test_sees_nothing_and_is_refused(self):
+        order = self.insert({"n": 1}, correlation_key=f"secret-{self.tag}")
+        self.until(lambda: self.status(order) == "awaiting_signal", message="the wait")
+        listing = self.client.get("/instances")
+        self.assertNotIn(f"secret-{self.tag}", listing.text)
+        self.assertNotIn("web_order", listing.text)
+        self.assertEqual(self.client.get(f"/instances/{order}").status_code, 404)
+        self.assertNotIn("<td>web_order</td>", self.client.get("/").text)
+        page = self.client.get("/confirm/cancel", params={"target": str(order)})
+        answer = self.client.post("/act/cancel", data={"csrf": csrf_of(page.text), "target": str(order)},
+                                  follow_redirects=False)
+        self.assertIn("was+not+cancelled", answer.headers["location"])
+        signal = self.client.post("/act/signal", data={"csrf": csrf_of(page.text), "target": str(order),
+                                                       "name": "paid", "payload": json.dumps({})})
+        self.assertEqual(signal.status_code, 400)
+        self.assertIn("P0002", signal.text)
+        self.assertEqual(self.status(order), "awaiting_signal")
