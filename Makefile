@@ -2,6 +2,7 @@
 #   make demo          bootstrap deps, build, install, run the demo on a throwaway cluster
 #   make check         bootstrap deps, build, install, run every test suite
 #   make installcheck  the regress and isolation suites against a running server (below)
+#   make web DSN=...   the web dashboard (gd-web) on 127.0.0.1, as the DSN's role
 #   make               build only (needs pg_config and the build deps)
 
 EXTENSION = gen_durable
@@ -72,15 +73,18 @@ ENCODING = UTF8
 REGRESS_PREP = installcheck-prep
 GD_TEST_DATABASES = gd_regress isolation_regression
 
-ifneq ($(filter check demo bench print-REGRESS print-ISOLATION,$(MAKECMDGOALS)),)
+ifneq ($(filter check demo bench web print-REGRESS print-ISOLATION,$(MAKECMDGOALS)),)
 # These targets bootstrap the machine first, so they must not need PGXS.
-.PHONY: check demo bench print-REGRESS print-ISOLATION
+.PHONY: check demo bench web print-REGRESS print-ISOLATION
 check:
 	@bash test/scripts/check.sh
 demo:
 	@bash test/scripts/demo.sh
 bench:
 	@bash test/bench/run.sh
+# The dashboard (web/README.md): make web DSN='dbname=app user=gd_dashboard' [PORT=8321]
+web:
+	@bash web/run.sh "$(DSN)" "$(PORT)"
 print-REGRESS print-ISOLATION:
 	@echo $($(patsubst print-%,%,$@))
 else

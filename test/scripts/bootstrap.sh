@@ -44,6 +44,9 @@ GD_PACKAGES=(
     pgbouncer                 # the connection pooler test (049_poolers)
     prometheus-postgres-exporter  # the Prometheus example's test (052_prometheus)
     libyaml-tiny-perl         # which reads the example's YAML files
+    python3-starlette python3-uvicorn python3-jinja2 python3-psycopg-pool python3-multipart  # gd-web (web/)
+    python3-httpx             # its HTTP tests (Starlette's test client)
+    python3-selenium chromium chromium-driver  # its browser tests (053_web)
     util-linux                # runuser
 )
 

@@ -1,0 +1,153 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Selenium
+through chromium-driver): the overview, a filter, an instance signalled and
+seen to finish through the live refresh, a cancel, an XSS payload that stays
+text, and a role without grants that sees nothing and is refused.  With
+GD_WEB_SCREENSHOTS=dir it saves the main pages there."""
+
+import os
+import socket
+import threading
+import time
+import unittest
+
+import uvicorn
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from gd_web import create_app
+from support import DashboardTest, dsn_as
+
+SCREENSHOTS = os.environ.get("GD_WEB_SCREENSHOTS", "")
+
+
+class Served:
+    """The dashboard as `role`, served by uvicorn on a free port in a thread."""
+
+    def __init__(self, role):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        config = uvicorn.Config(create_app(dsn_as(role), sample_seconds=0.5), host="127.0.0.1", port=self.port,
+                                log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
+                     "--disable-gpu"):
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+class InABrowser(DashboardTest):
+    def setUp(self):
+        super().setUp()
+        self.served = Served("web_shop")
+        self.addCleanup(self.served.stop)
+        self.browser = browser()
+        self.addCleanup(self.browser.quit)
+        self.wait = WebDriverWait(self.browser, 20)
+
+    def open(self, path):
+        self.browser.get(self.served.url + path)
+
+    def shot(self, name):
+        if SCREENSHOTS:
+            os.makedirs(SCREENSHOTS, exist_ok=True)
+            self.browser.save_screenshot(os.path.join(SCREENSHOTS, f"web-{name}.png"))
+
+    def no_alert(self):
+        try:
+            self.browser.switch_to.alert
+        except NoAlertPresentException:
+            return True
+        return False
+
+    def test_overview_filter_signal_cancel_and_xss(self):
+        xss = "<img src=x onerror=alert(1)><script>alert(2)</script>"
+        paid = self.insert({"n": 1, "note": xss}, correlation_key=f"browser-{self.tag}-paid")
+        dropped = self.insert({"n": 2}, correlation_key=f"browser-{self.tag}-dropped")
+        self.until(lambda: {self.status(paid), self.status(dropped)} == {"awaiting_signal"}, message="the waits")
+
+        self.open("/")
+        self.wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, '#queues tr[data-queue="default"]')))
+        self.wait.until(lambda b: b.find_element(By.ID, "live").get_attribute("data-refreshed"))  # live refresh ran
+        self.shot("overview")
+
+        self.open("/instances")
+        Select(self.browser.find_element(By.NAME, "status")).select_by_visible_text("awaiting_signal")
+        key = self.browser.find_element(By.NAME, "key")
+        key.send_keys(f"browser-{self.tag}-")
+        self.browser.find_element(By.CSS_SELECTOR, "#filter button[type=submit]").click()
+        self.wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#instances tr[data-id]")) == 2)
+        self.shot("instances")
+
+        self.browser.find_element(By.LINK_TEXT, str(paid)).click()
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "awaiting_signal"))
+        self.assertIn(xss, self.browser.find_element(By.CSS_SELECTOR, "#state pre").text, "the payload is shown as text")
+        self.assertTrue(self.no_alert(), "and never runs")
+        self.browser.find_element(By.LINK_TEXT, "Signal…").click()
+        self.browser.find_element(By.NAME, "name").send_keys("paid")
+        payload = self.browser.find_element(By.NAME, "payload")
+        payload.clear()
+        payload.send_keys('{"amount": 42}')
+        self.browser.find_element(By.ID, "do").click()
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, ".notice"), "delivered"))
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "done"))  # live refresh
+        self.assertIn('"amount": 42', self.browser.find_element(By.CSS_SELECTOR, "#result pre").text)
+        self.shot("instance")
+
+        self.open(f"/instances/{dropped}")
+        self.browser.find_element(By.LINK_TEXT, "Cancel…").click()
+        self.browser.find_element(By.NAME, "reason").send_keys("changed my mind")
+        self.browser.find_element(By.ID, "do").click()
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "cancelled"))
+        self.assertEqual(self.status(dropped), "cancelled")
+        self.assertTrue(self.no_alert())
+
+        self.open("/schedules")
+        self.wait.until(expected_conditions.presence_of_element_located((By.ID, "concurrency-limits")))
+        self.shot("schedules")
+
+
+class StrangerInABrowser(DashboardTest):
+    def setUp(self):
+        super().setUp()
+        self.served = Served("web_stranger")
+        self.addCleanup(self.served.stop)
+        self.browser = browser()
+        self.addCleanup(self.browser.quit)
+
+    def test_sees_nothing_and_is_refused(self):
+        order = self.insert({"n": 1}, correlation_key=f"hidden-{self.tag}")
+        self.browser.get(self.served.url + "/instances")
+        self.assertIn("No instances this role can see match.", self.browser.find_element(By.ID, "instances").text)
+        self.browser.get(self.served.url + f"/confirm/cancel?target={order}")
+        self.browser.find_element(By.ID, "do").click()
+        WebDriverWait(self.browser, 20).until(
+            expected_conditions.text_to_be_present_in_element((By.ID, "refusal"), "does not exist"))
+        self.assertNotEqual(self.status(order), "cancelled")
+        self.browser.get(self.served.url + "/confirm/pause?target=default")
+        self.browser.find_element(By.ID, "do").click()
+        WebDriverWait(self.browser, 20).until(
+            expected_conditions.text_to_be_present_in_element((By.ID, "refusal"), "permission denied"))
+
+
+if __name__ == "__main__":
+    unittest.main()
