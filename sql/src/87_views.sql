@@ -144,3 +144,50 @@ SELECT q.name AS queue,
           OR i.fsm IN (SELECT g.fsm FROM gd._grants g WHERE pg_has_role(g.role, 'MEMBER'))
        GROUP BY i.queue) s ON s.queue = q.name
   LEFT JOIN gd.read_queue_counters() c ON c.database = current_database() AND c.queue = q.name;
+
+-- A page of the instances the reader may use, filtered and ordered inside
+-- the door, where the filters and the order reach the table's indexes (a
+-- query on the security-barrier view gd.instances cannot hand its ORDER BY
+-- and LIMIT down: it reads every row first).  Order: 'newest' (id
+-- descending), 'oldest', or 'priority' (then id); the page starts after
+-- (after_priority, after_id) in that order.  NULL filters match all;
+-- key_prefix matches correlation keys that start with it, parent_id the
+-- children of that instance.
+CREATE OR REPLACE FUNCTION gd.read_instances(queue text DEFAULT NULL, fsm text DEFAULT NULL, status text DEFAULT NULL,
+                                             step text DEFAULT NULL, key_prefix text DEFAULT NULL,
+                                             created_from timestamptz DEFAULT NULL,
+                                             created_to timestamptz DEFAULT NULL, sort text DEFAULT 'newest',
+                                             after_id bigint DEFAULT NULL, after_priority int DEFAULT NULL,
+                                             page_size int DEFAULT 50, parent_id bigint DEFAULT NULL)
+    RETURNS SETOF gd.instances LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE OR REPLACE FUNCTION gd._read_instances(queue text, fsm text, status text, step text, key_prefix text,
+                                              created_from timestamptz, created_to timestamptz, sort text,
+                                              after_id bigint, after_priority int, page_size int, parent_id bigint)
+RETURNS SETOF gd.instances LANGUAGE plpgsql AS $$
+DECLARE
+    conditions text := '';
+BEGIN
+    IF sort IS NULL OR sort NOT IN ('newest', 'oldest', 'priority') THEN
+        PERFORM gd._bad_argument(format('sort must be newest, oldest or priority, got %L', sort));
+    END IF;
+    IF page_size IS NULL OR page_size NOT BETWEEN 1 AND 10000 THEN
+        PERFORM gd._bad_argument(format('page_size must be 1 to 10000, got %s', coalesce(page_size::text, 'NULL')));
+    END IF;
+    conditions := concat_ws(' AND ', 'gd._may_use_instance($1, i.owner, i.fsm)',
+        CASE WHEN queue IS NOT NULL THEN 'i.queue = $2' END,
+        CASE WHEN fsm IS NOT NULL THEN 'i.fsm = $3' END,
+        CASE WHEN status IS NOT NULL THEN 'i.status = $4' END,
+        CASE WHEN step IS NOT NULL THEN 'i.step = $5' END,
+        CASE WHEN key_prefix IS NOT NULL THEN 'starts_with(i.correlation_key, $6)' END,
+        CASE WHEN created_from IS NOT NULL THEN 'i.created_at >= $7' END,
+        CASE WHEN created_to IS NOT NULL THEN 'i.created_at < $8' END,
+        CASE WHEN parent_id IS NOT NULL THEN 'i.parent_id = $12' END,
+        CASE WHEN after_id IS NOT NULL THEN
+            CASE sort WHEN 'newest' THEN 'i.id < $9' WHEN 'oldest' THEN 'i.id > $9'
+                      ELSE '(i.priority, i.id) > ($10, $9)' END END);
+    RETURN QUERY EXECUTE format('SELECT i.* FROM gd._instances i WHERE %s ORDER BY %s LIMIT $11', conditions,
+                                CASE sort WHEN 'newest' THEN 'i.id DESC' WHEN 'oldest' THEN 'i.id'
+                                          ELSE 'i.priority, i.id' END)
+        USING gd._caller(), queue, fsm, status, step, key_prefix, created_from, created_to, after_id,
+              coalesce(after_priority, 0), page_size, parent_id;
+END $$;

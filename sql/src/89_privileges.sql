@@ -14,7 +14,9 @@ GRANT SELECT ON gd.instances, gd.signals, gd.fsms, gd.steps, gd.grants, gd.queue
                 gd.concurrency_limits, gd.schedules, gd.step_history, gd.workers, gd.stats, gd.queue_stats,
                 gd.step_stats, gd.limit_stats TO PUBLIC;
 GRANT EXECUTE ON FUNCTION gd.read_workers(), gd.read_stats(), gd.configured_queues(), gd.read_step_stats(),
-                          gd.read_limit_stats(), gd.read_queue_counters() TO PUBLIC;
+                          gd.read_limit_stats(), gd.read_queue_counters(),
+                          gd.read_instances(text, text, text, text, text, timestamptz, timestamptz, text, bigint, int,
+                                            int, bigint) TO PUBLIC;
 
 -- Administration: for roles an administrator grants it to.
 REVOKE ALL ON FUNCTION @extschema@.gd_set_rate_limit(text, int, interval, int, boolean),

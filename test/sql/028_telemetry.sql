@@ -161,6 +161,17 @@ SELECT traceparent, t.try(format('SELECT gd_insert(%L, trace_context => %L)', 't
                     '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b-01']) traceparent;
 SELECT t.try($$SELECT gd_insert_all('tel_timed', '[{"trace_context": "nope"}]')$$);
 
+-- gd.read_instances, a page of the instances the reader may use (for dashboards): filters, order, keyset.
+SELECT (SELECT array_agg(id) FROM gd.read_instances(fsm => 'tel_timed', page_size => 3))
+       = (SELECT array_agg(id ORDER BY id DESC)
+            FROM (SELECT id FROM gd.instances WHERE fsm = 'tel_timed' ORDER BY id DESC LIMIT 3) n) AS newest_first,
+       (SELECT count(*) FROM gd.read_instances(fsm => 'tel_timed', status => 'failed')) AS failed,
+       (SELECT count(*) FROM gd.read_instances(fsm => 'tel_timed', sort => 'oldest', page_size => 10000,
+                                               after_id => (SELECT min(id) FROM gd.instances WHERE fsm = 'tel_timed')))
+       = (SELECT count(*) - 1 FROM gd.instances WHERE fsm = 'tel_timed') AS keyset_after_the_first;
+SELECT t.try($$SELECT * FROM gd.read_instances(sort => 'sideways')$$);
+SELECT t.try($$SELECT * FROM gd.read_instances(page_size => 0)$$);
+
 -- Who sees what: a role that may not use the FSMs sees neither their rows
 -- nor the limits' partitions; as a member of pg_monitor it sees the
 -- counters (not the instances' history).
@@ -169,7 +180,8 @@ GRANT USAGE ON SCHEMA t TO tel_stranger;
 SET ROLE tel_stranger;
 SELECT (SELECT count(*) FROM gd.step_stats WHERE fsm = 'tel_timed') AS step_rows,
        (SELECT count(*) FROM gd.limit_stats WHERE partition IS NOT NULL) AS partition_rows,
-       (SELECT count(*) FROM gd.step_history) AS history_rows;
+       (SELECT count(*) FROM gd.step_history) AS history_rows,
+       (SELECT count(*) FROM gd.read_instances()) AS instances_read;
 SELECT replace(t.try(format('SELECT * FROM gd_history(%s)', :failing_id)), :'failing_id', 'N');
 SELECT t.try('SELECT * FROM gd._step_stats_rows()');
 SELECT t.try($$SELECT gd._count_limit('rate_limit', 'forged', 1, 1, 0, 0)$$);

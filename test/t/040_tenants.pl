@@ -336,7 +336,7 @@ is(superuser(q{
 is(superuser(q{
 	SELECT string_agg(p.proname, ', ' ORDER BY p.proname) FROM pg_proc p
 	 WHERE p.pronamespace = 'gd'::regnamespace AND has_function_privilege('public', p.oid, 'EXECUTE')}),
-	'configured_queues, read_limit_stats, read_queue_counters, read_stats, read_step_stats, read_workers',
+	'configured_queues, read_instances, read_limit_stats, read_queue_counters, read_stats, read_step_stats, read_workers',
 	'PUBLIC executes no internal function of gd');
 is(superuser(q{
 	SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import secrets
+import time
 from typing import Any, Optional
 from urllib.parse import urlencode
 
@@ -31,6 +32,7 @@ log = logging.getLogger("gd_web")
 HERE = os.path.dirname(__file__)
 CSRF_COOKIE = "gd_web_csrf"
 LIVE_HEADER = "x-gd-live"  # static/live.js asks for the page's live part only
+QUEUE_STATS_SECONDS = 5.0
 
 
 def pretty_json(value: Any) -> str:
@@ -41,11 +43,12 @@ class Dashboard:
     def __init__(self, dsn: str, sample_seconds: float = charts.SAMPLE_SECONDS):
         self.pool = ConnectionPool(dsn, min_size=1, max_size=4, open=False,
                                    kwargs={"application_name": "gd-web"})
-        self.sampler = charts.Sampler(self.pool, sample_seconds)
+        self.sampler = charts.Sampler(self.pool, self.queues, sample_seconds)
         self.templates = Jinja2Templates(directory=os.path.join(HERE, "templates"), autoescape=True)
         self.templates.env.filters["json"] = pretty_json
         self.templates.env.globals["sparkline"] = lambda points: Markup(charts.sparkline(points))
         self.schema: Optional[str] = None
+        self.queue_cache = (0.0, [])  # gd.queue_stats counts every instance: read at most every few seconds
 
     # -- life ---------------------------------------------------------------
 
@@ -85,9 +88,16 @@ class Dashboard:
 
     # -- pages ---------------------------------------------------------------
 
+    def queues(self, conn):
+        taken, queues = self.queue_cache
+        if time.monotonic() - taken > QUEUE_STATS_SECONDS:
+            queues = data.queues(conn)
+            self.queue_cache = (time.monotonic(), queues)
+        return queues
+
     def overview(self, request: Request) -> Response:
         with self.pool.connection() as conn:
-            queues, workers = data.queues(conn), data.workers(conn)
+            queues, workers = self.queues(conn), data.workers(conn)
             counters, steps = data.counters(conn), data.step_stats(conn)
         series = self.sampler.series()
         backlogs = {q["queue"]: self.sampler.backlog(q["queue"]) for q in queues}

@@ -23,8 +23,8 @@ class Sample:
 
 
 class Sampler:
-    def __init__(self, pool, interval: float = SAMPLE_SECONDS):
-        self.pool, self.interval = pool, interval
+    def __init__(self, pool, read_queues, interval: float = SAMPLE_SECONDS):
+        self.pool, self.read_queues, self.interval = pool, read_queues, interval
         self.samples = collections.deque(maxlen=int(KEPT_SECONDS / interval) + 1)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -50,7 +50,7 @@ class Sampler:
     def sample(self):
         with self.pool.connection() as conn:
             steps = data.step_stats(conn)
-            queues = data.queues(conn)
+            queues = self.read_queues(conn)
         histogram = [0] * 128
         for row in steps:
             for bucket, count in enumerate(row["latency_histogram"] or ()):

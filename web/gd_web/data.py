@@ -106,53 +106,34 @@ class InstanceFilter:
         """The non-empty fields, for links that keep the filter."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v and not (k == "sort" and v == "newest")}
 
-    def where(self) -> (sql.Composable, List[Any]):
-        clauses, params = [], []
-        for column in ("queue", "fsm", "status", "step"):
-            value = getattr(self, column)
-            if value:
-                clauses.append(sql.SQL("i.{} = %s").format(sql.Identifier(column)))
-                params.append(value)
-        if self.key:
-            clauses.append(sql.SQL("i.correlation_key LIKE %s"))
-            params.append(self.key.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
-        if self.since:
-            clauses.append(sql.SQL("i.created_at >= %s::timestamptz"))
-            params.append(self.since)
-        if self.until:
-            clauses.append(sql.SQL("i.created_at < %s::timestamptz"))
-            params.append(self.until)
-        if not clauses:
-            return sql.SQL("true"), params
-        return sql.SQL(" AND ").join(clauses), params
+    def arguments(self) -> Dict[str, Any]:
+        """gd.read_instances' filter arguments (NULL: any)."""
+        return {"queue": self.queue or None, "fsm": self.fsm or None, "status": self.status or None,
+                "step": self.step or None, "key_prefix": self.key or None,
+                "created_from": self.since or None, "created_to": self.until or None}
 
 
-def _cursor_clause(flt: InstanceFilter, after: str):
-    """Keyset: the rows after the page's last (by id for age, by (priority, id) for priority)."""
-    if not after:
-        return sql.SQL("true"), []
+def _cursor(flt: InstanceFilter, after: str) -> Dict[str, Optional[int]]:
+    """Keyset: the page starts after this id (and priority, in priority order)."""
     try:
-        if flt.sort == "priority":
+        if flt.sort == "priority" and after:
             priority, last_id = (int(part) for part in after.split(":", 1))
-            return sql.SQL("(i.priority, i.id) > (%s, %s)"), [priority, last_id]
-        last_id = int(after)
+            return {"after_id": last_id, "after_priority": priority}
+        return {"after_id": int(after) if after else None, "after_priority": None}
     except ValueError:
-        return sql.SQL("true"), []
-    return (sql.SQL("i.id > %s") if flt.sort == "oldest" else sql.SQL("i.id < %s")), [last_id]
+        return {"after_id": None, "after_priority": None}
 
 
-ORDERS = {"newest": "i.id DESC", "oldest": "i.id", "priority": "i.priority, i.id"}
-LIST_COLUMNS = ("i.id, i.fsm, i.version, i.step, i.status, i.queue, i.priority, i.attempt, i.correlation_key,"
-                " i.created_at, i.updated_at, i.finished_at, i.parent_id")
+READ_INSTANCES = ("SELECT * FROM gd.read_instances(queue => %(queue)s, fsm => %(fsm)s, status => %(status)s,"
+                  " step => %(step)s, key_prefix => %(key_prefix)s, created_from => %(created_from)s::timestamptz,"
+                  " created_to => %(created_to)s::timestamptz, sort => %(sort)s, after_id => %(after_id)s,"
+                  " after_priority => %(after_priority)s, page_size => %(page_size)s, parent_id => %(parent_id)s)")
 
 
 def instances(conn, flt: InstanceFilter, after: str = "") -> (List[Dict[str, Any]], Optional[str]):
     """One page of instances and the cursor of the next (None on the last page)."""
-    where, params = flt.where()
-    cursor, cursor_params = _cursor_clause(flt, after)
-    query = sql.SQL("SELECT {} FROM gd.instances i WHERE {} AND {} ORDER BY {} LIMIT %s").format(
-        sql.SQL(LIST_COLUMNS), where, cursor, sql.SQL(ORDERS[flt.sort]))
-    found = rows(conn, query, params + cursor_params + [PAGE_SIZE + 1])
+    found = rows(conn, READ_INSTANCES, {**flt.arguments(), **_cursor(flt, after), "sort": flt.sort,
+                                        "page_size": PAGE_SIZE + 1, "parent_id": None})
     page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
     if not more:
         return page, None
@@ -162,10 +143,14 @@ def instances(conn, flt: InstanceFilter, after: str = "") -> (List[Dict[str, Any
 
 def matching_ids(conn, flt: InstanceFilter, statuses: Sequence[str]) -> List[int]:
     """The ids a bulk action applies to: the filter's, in these statuses, at most BULK_LIMIT."""
-    where, params = flt.where()
-    query = sql.SQL("SELECT i.id FROM gd.instances i WHERE {} AND i.status = ANY (%s) ORDER BY i.id LIMIT %s").format(
-        where)
-    return [r["id"] for r in rows(conn, query, params + [list(statuses), BULK_LIMIT])]
+    ids = []
+    for status in statuses:
+        if flt.status and flt.status != status:
+            continue
+        found = rows(conn, READ_INSTANCES, {**flt.arguments(), "status": status, "sort": "oldest", "after_id": None,
+                                            "after_priority": None, "page_size": BULK_LIMIT, "parent_id": None})
+        ids += [r["id"] for r in found]
+    return sorted(ids)[:BULK_LIMIT]
 
 
 def choices(conn) -> Dict[str, List[str]]:
@@ -184,17 +169,23 @@ def signals(conn, instance_id: int) -> List[Dict[str, Any]]:
                       " WHERE instance_id = %s ORDER BY id", [instance_id])
 
 
-def family(conn, instance_id: int) -> List[Dict[str, Any]]:
-    """The instance's descendants, depth first, with their depth (the instance itself at depth 0)."""
-    return rows(conn, """
-        WITH RECURSIVE tree AS (
-            SELECT i.id, i.fsm, i.step, i.status, 0 AS depth, ARRAY[i.id] AS path
-              FROM gd.instances i WHERE i.id = %s
-            UNION ALL
-            SELECT c.id, c.fsm, c.step, c.status, t.depth + 1, t.path || c.id
-              FROM tree t JOIN gd.instances c ON c.parent_id = t.id
-             WHERE t.depth < 20)
-        SELECT id, fsm, step, status, depth FROM tree ORDER BY path LIMIT 500""", [instance_id])
+def family(conn, instance_id: int, limit: int = 500) -> List[Dict[str, Any]]:
+    """The instance's descendants, depth first, each with its depth (from 1), at most `limit`."""
+    found: List[Dict[str, Any]] = []
+
+    def children_of(parent: int, depth: int):
+        if depth > 20:
+            return
+        for child in rows(conn, READ_INSTANCES, {**InstanceFilter().arguments(), "sort": "oldest", "after_id": None,
+                                                 "after_priority": None, "page_size": limit, "parent_id": parent}):
+            if len(found) >= limit:
+                return
+            found.append({"id": child["id"], "fsm": child["fsm"], "step": child["step"],
+                          "status": child["status"], "depth": depth})
+            children_of(child["id"], depth + 1)
+
+    children_of(instance_id, 1)
+    return found
 
 
 def history(conn, instance_id: int) -> List[Dict[str, Any]]:
@@ -230,19 +221,23 @@ def rate_limits(conn) -> List[Dict[str, Any]]:
 
 
 def concurrency_limits(conn) -> List[Dict[str, Any]]:
-    """Each limit with the instances the role sees running under it now, and waiting."""
-    return rows(conn, """
-        SELECT l.name, l.max, l.shared,
-               (SELECT count(*) FROM gd.instances i
-                 WHERE split_part(i.concurrency_key, ':', 1) = l.name AND NOT i.gated
-                   AND i.status IN ('runnable', 'executing')) AS running,
-               (SELECT count(*) FROM gd.instances i
-                 WHERE split_part(i.concurrency_key, ':', 1) = l.name AND i.gated AND i.status = 'runnable') AS waiting,
-               s.throttled
+    """Each limit with the instances the role sees running under it now, and waiting (one count each, by the
+    engine's key indexes: the name is a constant, so the view can hand the condition down)."""
+    limits = rows(conn, """
+        SELECT l.name, l.max, l.shared, s.throttled
           FROM gd.concurrency_limits l
           LEFT JOIN gd.limit_stats s ON s.kind = 'concurrency' AND s.name = l.name AND s.partition IS NULL
                                     AND s.database = current_database()
          ORDER BY l.name""")
+    for limit in limits:
+        limit.update(rows(conn, """
+            SELECT (SELECT count(*) FROM gd.instances i
+                     WHERE (i.concurrency_key = %(name)s OR starts_with(i.concurrency_key, %(name)s || ':'))
+                       AND NOT i.gated AND i.status IN ('runnable', 'executing')) AS running,
+                   (SELECT count(*) FROM gd.instances i
+                     WHERE (i.concurrency_key = %(name)s OR starts_with(i.concurrency_key, %(name)s || ':'))
+                       AND i.gated AND i.status = 'runnable') AS waiting""", {"name": limit["name"]})[0])
+    return limits
 
 
 # -- actions ------------------------------------------------------------------
