@@ -13,9 +13,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 DSN = os.environ.get("GD_TEST_DSN", "")
-SHOP = """
+ROLES = """
 CREATE ROLE web_shop LOGIN;
 CREATE ROLE web_stranger LOGIN;
+"""
+SHOP = """
 GRANT CREATE ON DATABASE {db} TO web_shop;
 SET ROLE web_shop;
 CREATE SCHEMA web_shop;
@@ -45,9 +47,11 @@ def dsn_as(role):
 
 
 def prepare_shop():
-    """The roles and the FSM, once per database."""
+    """The roles, once per cluster, and the FSM, once per database."""
     with admin() as db:
         if db.execute("SELECT FROM pg_roles WHERE rolname = 'web_shop'").fetchone() is None:
+            db.execute(ROLES)
+        if db.execute("SELECT FROM gd.fsms WHERE name = 'web_order'").fetchone() is None:
             database = psycopg.sql.Identifier(conninfo_to_dict(DSN).get("dbname", "postgres")).as_string(db)
             db.execute(SHOP.replace("{db}", database))
 
