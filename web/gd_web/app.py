@@ -48,7 +48,8 @@ class Dashboard:
         self.templates.env.filters["json"] = pretty_json
         self.templates.env.globals["sparkline"] = lambda points: Markup(charts.sparkline(points))
         self.schema: Optional[str] = None
-        self.queue_cache = (0.0, [])  # gd.queue_stats counts every instance: read at most every few seconds
+        # gd.queue_stats and the claims count every instance: read at most every few seconds
+        self.queue_cache = (0.0, [], [])
 
     # -- life ---------------------------------------------------------------
 
@@ -89,19 +90,24 @@ class Dashboard:
     # -- pages ---------------------------------------------------------------
 
     def queues(self, conn):
-        taken, queues = self.queue_cache
+        return self.totals(conn)[0]
+
+    def totals(self, conn):
+        """(queue stats, external workers), at most QUEUE_STATS_SECONDS old."""
+        taken, queues, external = self.queue_cache
         if time.monotonic() - taken > QUEUE_STATS_SECONDS:
-            queues = data.queues(conn)
-            self.queue_cache = (time.monotonic(), queues)
-        return queues
+            queues, external = data.queues(conn), data.external_workers(conn)
+            self.queue_cache = (time.monotonic(), queues, external)
+        return queues, external
 
     def overview(self, request: Request) -> Response:
         with self.pool.connection() as conn:
-            queues, workers = self.queues(conn), data.workers(conn)
+            (queues, external), workers = self.totals(conn), data.workers(conn)
             counters, steps = data.counters(conn), data.step_stats(conn)
         series = self.sampler.series()
         backlogs = {q["queue"]: self.sampler.backlog(q["queue"]) for q in queues}
-        return self.render(request, "overview.html", queues=queues, workers=workers, counters=counters,
+        return self.render(request, "overview.html", queues=queues, workers=workers, external=external,
+                           counters=counters,
                            steps=steps, series=series, backlogs=backlogs)
 
     def instance_list(self, request: Request) -> Response:

@@ -45,6 +45,13 @@ def workers(conn) -> List[Dict[str, Any]]:
                       " ORDER BY kind, database NULLS FIRST, queue NULLS FIRST, pid")
 
 
+def external_workers(conn) -> List[Dict[str, Any]]:
+    """The external workers holding claims now (of instances the role sees), with how many and their oldest."""
+    return rows(conn, "SELECT lease_owner AS worker, queue, count(*) AS claims, min(updated_at) AS since"
+                      "  FROM gd.instances WHERE status = 'executing' AND lease_owner IS NOT NULL"
+                      " GROUP BY lease_owner, queue ORDER BY lease_owner, queue")
+
+
 def counters(conn) -> List[Dict[str, Any]]:
     return rows(conn, "SELECT event, count, total_ms, since FROM gd.stats WHERE count > 0 ORDER BY event")
 

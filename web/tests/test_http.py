@@ -5,6 +5,8 @@ escaping, keyset paging and filters."""
 import json
 import re
 
+import psycopg
+
 from starlette.testclient import TestClient
 
 from gd_web import create_app
@@ -31,6 +33,7 @@ class AsOwner(DashboardTest):
         self.assertIn('data-queue="default"', page.text)
         self.assertRegex(page.text, r'<td>web_order</td><td>pack</td><td>await</td><td>\d+</td>')
         self.assertIn("<td>launcher</td>", page.text)
+
         self.assertIn("default-src 'self'", page.headers["content-security-policy"])
 
     def test_live_part_alone(self):
@@ -71,7 +74,7 @@ class AsOwner(DashboardTest):
         self.assertIn("<code>web_shop.step(state jsonb, ctx gd.context)</code>", page.text)
         self.assertEqual(self.client.get("/instances/999999999").status_code, 404)
 
-    def test_signal_cancel_retry_pause_and_bulk(self):
+    def test_signal_cancel_retry_and_bulk(self):
         order = self.insert({"n": 1})
         self.until(lambda: self.status(order) == "awaiting_signal", message="the wait")
         done = self.act("signal", target=str(order), name="paid", payload='{"amount": 3}', dedup_key="pay-1")
@@ -100,10 +103,33 @@ class AsOwner(DashboardTest):
         self.assertIn("3+of+3+instances+changed", result.headers["location"])
         self.assertEqual({self.status(i) for i in bulk}, {"cancelled"})
 
+        self.db.execute("UPDATE gd._instances SET status = 'failed', finished_at = now() WHERE id = ANY (%s)", [bulk])
+        confirm = self.client.get("/confirm/bulk_retry", params={"key": f"bulk-{self.tag}-"})
+        result = self.client.post("/act/bulk_retry", data={"csrf": csrf_of(confirm.text), "key": f"bulk-{self.tag}-"},
+                                  follow_redirects=False)
+        self.assertIn("3+of+3+instances+changed", result.headers["location"])
+        self.until(lambda: all(self.status(i) == "awaiting_signal" for i in bulk), message="the retried waits")
+
+
+    def test_external_workers_and_pausing_a_queue(self):
+        queue = f"web_ext_{self.tag}"
+        with psycopg.connect(dsn_as("web_shop"), autocommit=True) as shop:
+            shop.execute("SELECT gd_define_fsm(%s, 'call', %s, steps => '{"call": {}}')", [f"web_ext_{self.tag}", queue])
+            shop.execute("SELECT gd_insert(%s)", [f"web_ext_{self.tag}"])
+            self.assertEqual(shop.execute("SELECT count(*) FROM gd_claim(%s, 'web-worker-1', 1)", [queue]).fetchone()[0], 1)
+        row = f"<td>web-worker-1</td><td>{queue}</td><td>1</td>"
+        self.until(lambda: row in self.client.get("/").text, message="the claim on the overview (read every 5 s)")
+
         # gd_pause is administration: refused to this role until granted, and said so.
-        refused = self.act("pause", target="default")
+        refused = self.act("pause", target=queue)
         self.assertEqual(refused.status_code, 403)
         self.assertIn("permission denied for function gd_pause", refused.text)
+        self.db.execute("GRANT EXECUTE ON FUNCTION gd_pause(text), gd_resume(text) TO web_shop")
+        self.addCleanup(self.db.execute, "REVOKE EXECUTE ON FUNCTION gd_pause(text), gd_resume(text) FROM web_shop")
+        self.assertIn(f"queue+{queue}+paused", self.act("pause", target=queue).headers["location"])
+        self.assertTrue(self.db.execute("SELECT paused FROM gd.queues WHERE name = %s", [queue]).fetchone()[0])
+        self.assertIn(f"queue+{queue}+resumed", self.act("resume", target=queue).headers["location"])
+        self.assertFalse(self.db.execute("SELECT paused FROM gd.queues WHERE name = %s", [queue]).fetchone()[0])
 
     def test_every_action_needs_the_csrf_token(self):
         order = self.insert({"n": 1})
@@ -117,7 +143,7 @@ class AsOwner(DashboardTest):
     def test_schedules_and_limits(self):
         self.db.execute("SELECT gd_set_rate_limit(%s, 10, '1 minute')", [f"web_rate_{self.tag}"])
         self.db.execute("SELECT gd_set_concurrency_limit(%s, 2)", [f"web_room_{self.tag}"])
-        with __import__("psycopg").connect(dsn_as("web_shop"), autocommit=True) as shop:
+        with psycopg.connect(dsn_as("web_shop"), autocommit=True) as shop:
             shop.execute("SELECT gd_schedule(%s, '0 3 * * *', 'web_order', time_zone => 'Europe/Berlin')",
                          [f"nightly_{self.tag}"])
         page = self.client.get("/schedules")
