@@ -114,7 +114,8 @@ class AsOwner(DashboardTest):
     def test_external_workers_and_pausing_a_queue(self):
         queue = f"web_ext_{self.tag}"
         with psycopg.connect(dsn_as("web_shop"), autocommit=True) as shop:
-            shop.execute("SELECT gd_define_fsm(%s, 'call', %s, steps => '{"call": {}}')", [f"web_ext_{self.tag}", queue])
+            shop.execute("SELECT gd_define_fsm(%s, 'call', %s, steps => %s)",
+                         [f"web_ext_{self.tag}", queue, json.dumps({"call": {}})])
             shop.execute("SELECT gd_insert(%s)", [f"web_ext_{self.tag}"])
             self.assertEqual(shop.execute("SELECT count(*) FROM gd_claim(%s, 'web-worker-1', 1)", [queue]).fetchone()[0], 1)
         row = f"<td>web-worker-1</td><td>{queue}</td><td>1</td>"
