@@ -19,7 +19,7 @@ def main():
     if not options.dsn:
         parser.error("give --dsn (or set GD_WEB_DSN)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    uvicorn.run(create_app(options.dsn), host=options.host, port=options.port, log_level="info")
+    uvicorn.run(create_app(options.dsn), host=options.host, port=options.port, log_config=None)
 
 
 if __name__ == "__main__":
