@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import hmac
 import json
-import logging
 import os
 import secrets
 import time
@@ -28,7 +27,6 @@ from starlette.templating import Jinja2Templates
 
 from . import charts, data
 
-log = logging.getLogger("gd_web")
 HERE = os.path.dirname(__file__)
 CSRF_COOKIE = "gd_web_csrf"
 LIVE_HEADER = "x-gd-live"  # static/live.js asks for the page's live part only
