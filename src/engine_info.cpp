@@ -9,8 +9,10 @@
 
 extern "C" {
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -42,10 +44,12 @@ struct WorkerRow {
 
 } // namespace
 
-/* gd.configured_queues(): the queue names in gen_durable.queues. */
+/* gd.configured_queues(): the queues gen_durable.queues gives this database. */
 GD_SQL_FUNCTION(gd_configured_queues)
 {
-    std::vector<gd::QueueSetting> queues = gd::parse_queue_list(gd_queues_setting);
+    const char *database = get_database_name(MyDatabaseId);
+    std::vector<gd::QueueSetting> queues = gd::queues_of_database(
+        gd::parse_queue_list(gd_queues_setting), database ? database : "", gd::parse_database_list(gd_database_setting));
     /* PostgreSQL calls with the vector alive: an ERROR must unwind it, not jump over it. */
     Datum names = gd::pg_call([&] {
         ArrayBuildState *built = initArrayResult(TEXTOID, CurrentMemoryContext, false);

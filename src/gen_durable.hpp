@@ -39,8 +39,16 @@ struct QueueSetting {
     int concurrency;
 };
 
-/* Parse "default:4, mail:2"; throws std::invalid_argument naming the bad entry. */
+/* Parse "default:4, mail:2, app.billing:1"; throws std::invalid_argument naming the bad entry. */
 std::vector<QueueSetting> parse_queue_list(const char *text);
+/*
+ * The queues `database` serves, of a parsed list: an entry "db.queue" whose
+ * db is one of the served `databases` is that database's alone (and wins
+ * there over an unqualified entry of the same queue); any other entry is
+ * every served database's.
+ */
+std::vector<QueueSetting> queues_of_database(const std::vector<QueueSetting> &queues, const std::string &database,
+                                             const std::vector<std::string> &databases);
 /* Parse "app, other"; throws std::invalid_argument naming the bad entry. */
 std::vector<std::string> parse_database_list(const char *text);
 

@@ -65,14 +65,16 @@ void build_plan()
     char problem[256] = "";
     try {
         std::vector<PlannedWorker> next;
-        for (const std::string &database : gd::parse_database_list(gd_database_setting)) {
+        std::vector<std::string> databases = gd::parse_database_list(gd_database_setting);
+        std::vector<gd::QueueSetting> queues = gd::parse_queue_list(gd_queues_setting);
+        for (const std::string &database : databases) {
             for (WorkerKind kind : {WorkerKind::reaper, WorkerKind::gc}) {
                 PlannedWorker housekeeper{};
                 housekeeper.kind = kind;
                 strlcpy(housekeeper.database, database.c_str(), NAMEDATALEN);
                 next.push_back(housekeeper);
             }
-            for (const gd::QueueSetting &queue : gd::parse_queue_list(gd_queues_setting))
+            for (const gd::QueueSetting &queue : gd::queues_of_database(queues, database, databases))
                 for (int i = 0; i < queue.concurrency; i++) {
                     PlannedWorker worker{};
                     worker.kind = WorkerKind::executor;

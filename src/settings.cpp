@@ -100,6 +100,38 @@ std::vector<QueueSetting> parse_queue_list(const char *text)
     return queues;
 }
 
+std::vector<QueueSetting> queues_of_database(const std::vector<QueueSetting> &queues, const std::string &database,
+                                             const std::vector<std::string> &databases)
+{
+    auto qualifier = [&](const QueueSetting &queue) -> std::string {
+        size_t dot = queue.name.find('.');
+        if (dot == std::string::npos)
+            return "";
+        std::string prefix = queue.name.substr(0, dot);
+        for (const std::string &served : databases)
+            if (served == prefix)
+                return prefix;
+        return "";
+    };
+    std::vector<QueueSetting> own;
+    for (const QueueSetting &queue : queues) {
+        std::string db = qualifier(queue);
+        if (!db.empty() && db == database)
+            own.push_back(QueueSetting{queue.name.substr(db.size() + 1), queue.concurrency});
+    }
+    std::vector<QueueSetting> served = own;
+    for (const QueueSetting &queue : queues) {
+        if (!qualifier(queue).empty())
+            continue;
+        bool overridden = false;
+        for (const QueueSetting &mine : own)
+            overridden |= mine.name == queue.name;
+        if (!overridden)
+            served.push_back(queue);
+    }
+    return served;
+}
+
 std::vector<std::string> parse_database_list(const char *text)
 {
     std::vector<std::string> databases = split_commas(text);
