@@ -47,6 +47,7 @@ GD_PACKAGES=(
     python3-starlette python3-uvicorn python3-jinja2 python3-psycopg-pool python3-multipart  # gd-web (web/)
     python3-httpx             # its HTTP tests (Starlette's test client)
     python3-selenium chromium chromium-driver  # its browser tests (053_web)
+    postgresql-15-plproxy     # the sharding router (sharding/, 055_sharding)
     util-linux                # runuser
 )
 

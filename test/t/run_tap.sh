@@ -23,7 +23,7 @@ done
 ((${#names[@]})) || { echo "usage: $0 NAME..." >&2; exit 2; }
 cp "$ROOT"/test/t/*.pm "$WORK/t/"   # shared helpers (GdTest.pm), on PERL5LIB
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
-cp -r "$ROOT/examples" "$ROOT/clients" "$ROOT/web" "$WORK/"
+cp -r "$ROOT/examples" "$ROOT/clients" "$ROOT/web" "$ROOT/sharding" "$WORK/"
 cp "$ROOT/README.md" "$WORK/README.md"
 previous=
 if [[ " ${names[*]} " == *" t/046_update.pl "* ]]; then

@@ -1,0 +1,150 @@
+-- The router of a sharded gen_durable (sharding/README.md): run in the router
+-- database, after CREATE EXTENSION plproxy and the cluster's definition
+-- (CREATE SERVER gd_partitions FOREIGN DATA WRAPPER plproxy OPTIONS (p0 ...,
+-- p1 ...); CREATE USER MAPPING ... SERVER gd_partitions).  It defines the
+-- API users call, with the engine's names and signatures, as PL/Proxy
+-- functions: an instance goes to the partition its correlation key hashes
+-- to (hashtext, as PL/Proxy takes it modulo the partition count), or to one
+-- chosen at random without a key; an id names its partition (id % N: see
+-- partition.sql); definitions and limits go to every partition.
+\set ON_ERROR_STOP on
+CREATE SCHEMA IF NOT EXISTS gd_router;
+
+-- Where an instance with this key lives, or a partition at random for none.
+CREATE OR REPLACE FUNCTION gd_router.partition_for(key text) RETURNS int LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN key IS NULL THEN (random() * 2147483646)::int ELSE hashtext(key) END
+$$;
+-- The partition an id was made on (its low bits: PL/Proxy keeps those under the partition count).
+CREATE OR REPLACE FUNCTION gd_router.partition_of(id bigint) RETURNS int LANGUAGE sql IMMUTABLE AS $$
+    SELECT (id & 2147483647)::int
+$$;
+
+-- The partitions' database names, one call to each.
+CREATE OR REPLACE FUNCTION gd_router.partitions() RETURNS SETOF text LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT current_database()::text;
+$$;
+
+-- ---------------------------------------------------------------- instances
+CREATE OR REPLACE FUNCTION gd_insert(fsm text, state jsonb DEFAULT '{}', step text DEFAULT NULL,
+                                     queue text DEFAULT NULL, priority int DEFAULT 0,
+                                     concurrency_key text DEFAULT NULL, correlation_key text DEFAULT NULL,
+                                     correlation_scope text[] DEFAULT NULL, rate_limit text DEFAULT NULL,
+                                     weight int DEFAULT 1, eligible_at timestamptz DEFAULT NULL,
+                                     schedule_in interval DEFAULT NULL, on_duplicate text DEFAULT 'error',
+                                     trace_context text DEFAULT NULL)
+RETURNS bigint LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON gd_router.partition_for(correlation_key);
+$$;
+
+CREATE OR REPLACE FUNCTION gd_router.insert_all_on(partition int, fsm text, entries jsonb) RETURNS SETOF bigint
+LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON partition;
+    SELECT gd_insert_all(fsm, entries);
+$$;
+-- Each entry to its key's partition (those without a key to one at random), one call per partition.
+CREATE OR REPLACE FUNCTION gd_insert_all(fsm text, entries jsonb) RETURNS SETOF bigint LANGUAGE sql AS $$
+    SELECT gd_router.insert_all_on(g.partition, fsm, g.entries)
+      FROM (SELECT e.partition, jsonb_agg(e.entry ORDER BY e.n) AS entries
+              FROM (SELECT x.entry, x.n, gd_router.partition_for(x.entry->>'correlation_key')
+                                         & (SELECT count(*)::int - 1 FROM gd_router.partitions()) AS partition
+                      FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(entry, n)) e
+             GROUP BY e.partition) g
+$$;
+
+CREATE OR REPLACE FUNCTION gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
+                                     dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON gd_router.partition_of(target);
+$$;
+CREATE OR REPLACE FUNCTION gd_signal(target text, name text, payload jsonb DEFAULT '{}',
+                                     dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false)
+RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON hashtext(target);
+$$;
+
+CREATE OR REPLACE FUNCTION gd_await(id bigint, timeout interval DEFAULT '5s', until text DEFAULT 'settled')
+RETURNS TABLE(status text, step text, attempt int, result jsonb, error jsonb) LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON gd_router.partition_of(id);
+$$;
+CREATE OR REPLACE FUNCTION gd_cancel(id bigint, reason text DEFAULT NULL) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON gd_router.partition_of(id);
+$$;
+CREATE OR REPLACE FUNCTION gd_retry(id bigint) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON gd_router.partition_of(id);
+$$;
+
+-- ------------------------------------------------- every partition at once
+CREATE OR REPLACE FUNCTION gd_router.define_fsm_all(name text, initial text, queue text, version int,
+                                                    state_defaults jsonb, steps jsonb, history boolean)
+RETURNS SETOF int LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT gd_define_fsm(name, initial, queue, version, state_defaults, steps, history);
+$$;
+CREATE OR REPLACE FUNCTION gd_define_fsm(name text, initial text, queue text DEFAULT 'default', version int DEFAULT 1,
+                                         state_defaults jsonb DEFAULT '{}', steps jsonb DEFAULT NULL,
+                                         history boolean DEFAULT false)
+RETURNS int LANGUAGE sql AS $$
+    SELECT max(v) FROM gd_router.define_fsm_all(name, initial, queue, version, state_defaults, steps, history) v
+$$;
+CREATE OR REPLACE FUNCTION gd_router.set_paused_all(queue text, paused boolean) RETURNS SETOF boolean
+LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT CASE WHEN paused THEN gd_pause(queue) ELSE gd_resume(queue) END;
+$$;
+CREATE OR REPLACE FUNCTION gd_pause(queue text) RETURNS boolean LANGUAGE sql AS $$
+    SELECT bool_or(changed) FROM gd_router.set_paused_all(queue, true) changed
+$$;
+CREATE OR REPLACE FUNCTION gd_resume(queue text) RETURNS boolean LANGUAGE sql AS $$
+    SELECT bool_or(changed) FROM gd_router.set_paused_all(queue, false) changed
+$$;
+CREATE OR REPLACE FUNCTION gd_router.set_rate_limit_all(name text, rate int, per interval, burst int, shared boolean)
+RETURNS SETOF int LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT 1 FROM gd_set_rate_limit(name, rate, per, burst, shared);
+$$;
+CREATE OR REPLACE FUNCTION gd_set_rate_limit(name text, rate int, per interval, burst int DEFAULT NULL,
+                                             shared boolean DEFAULT false) RETURNS void LANGUAGE sql AS $$
+    SELECT FROM gd_router.set_rate_limit_all(name, rate, per, burst, shared)
+$$;
+CREATE OR REPLACE FUNCTION gd_router.set_concurrency_limit_all(name text, max int, shared boolean)
+RETURNS SETOF int LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT 1 FROM gd_set_concurrency_limit(name, max, shared);
+$$;
+CREATE OR REPLACE FUNCTION gd_set_concurrency_limit(name text, max int, shared boolean DEFAULT false) RETURNS void
+LANGUAGE sql AS $$
+    SELECT FROM gd_router.set_concurrency_limit_all(name, max, shared)
+$$;
+
+-- ----------------------------------------------------------------- views
+CREATE OR REPLACE FUNCTION gd_router.queue_stats_all(OUT partition text, OUT queue text, OUT runnable bigint,
+                                                     OUT scheduled bigint, OUT executing bigint,
+                                                     OUT awaiting_signal bigint, OUT awaiting_children bigint,
+                                                     OUT done bigint, OUT failed bigint, OUT cancelled bigint,
+                                                     OUT paused boolean)
+RETURNS SETOF record LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT current_database()::text AS partition, queue, runnable, scheduled, executing, awaiting_signal,
+           awaiting_children, done,
+           failed, cancelled, paused FROM gd.queue_stats;
+$$;
+-- Every queue's instances per status over all partitions (and per partition: gd_router.queue_stats_all()).
+CREATE OR REPLACE VIEW gd_router.queue_stats AS
+SELECT queue, sum(runnable) AS runnable, sum(scheduled) AS scheduled, sum(executing) AS executing,
+       sum(awaiting_signal) AS awaiting_signal, sum(awaiting_children) AS awaiting_children, sum(done) AS done,
+       sum(failed) AS failed, sum(cancelled) AS cancelled, bool_or(paused) AS paused_somewhere
+  FROM gd_router.queue_stats_all() GROUP BY queue;

@@ -1,0 +1,151 @@
+# One engine across servers with PL/Proxy (sharding/): a router and two shard
+# servers holding four partitions (p0, p2 on one; p1, p3 on the other).
+# Through the router: definitions on every partition; inserts by key (each on
+# the partition its key hashes to) and without (spread); ids naming their
+# partition; signals by key and by id; gd_await; a spawn whose children stay
+# on their parent's partition; gd_cancel; the aggregated queue stats; the
+# engine's errors unchanged. A shard server stopped: its partitions' calls
+# fail naming the partition, the others go on, and nothing is lost when it
+# is back.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use GdTest;
+
+my $sharding = "$ENV{TESTDIR}/../sharding";
+my $partitions = 4;
+my %shard_of = (0 => 'a', 1 => 'b', 2 => 'a', 3 => 'b');
+my %shards = (
+	a => GdTest::start_node('shard_a', 'gen_durable.database' => 'p0, p2'),
+	b => GdTest::start_node('shard_b', 'gen_durable.database' => 'p1, p3'));
+my $router = GdTest::start_node('router');
+my $user = getpwuid($<);
+
+for my $p (0 .. $partitions - 1)
+{
+	my $node = $shards{ $shard_of{$p} };
+	$node->safe_psql('postgres', "CREATE DATABASE p$p");
+	$node->safe_psql("p$p", q{
+CREATE EXTENSION gen_durable;
+CREATE FUNCTION ship(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    IF ctx.step = 'pack' AND state ? 'children' THEN
+        RETURN gd_spawn(jsonb_build_array(jsonb_build_object('fsm', 'order', 'state', '{}'::jsonb),
+                                          jsonb_build_object('fsm', 'order', 'state', '{}'::jsonb)), then_step => 'done');
+    END IF;
+    IF ctx.step = 'pack' AND state ? 'wait' THEN
+        RETURN gd_wait_signal(ARRAY['paid'], then_step => 'done');
+    END IF;
+    RETURN gd_done(jsonb_build_object('partition', current_database()));
+END $$;
+});
+	my ($out, $err) = run_command([ 'psql', '-X', '-q', '-d', $node->connstr("p$p"), '-v', "partition=$p",
+		'-v', "partitions=$partitions", '-f', "$sharding/partition.sql" ]);
+	is($err, '', "partition $p set up");
+}
+my $servers = join(', ', map {
+	my $node = $shards{ $shard_of{$_} };
+	"p$_ 'dbname=p$_ host=" . $node->host . ' port=' . $node->port . "'"
+} 0 .. $partitions - 1);
+$router->safe_psql('postgres', qq{
+CREATE EXTENSION plproxy;
+CREATE SERVER gd_partitions FOREIGN DATA WRAPPER plproxy OPTIONS (connection_lifetime '60', $servers);
+CREATE USER MAPPING FOR PUBLIC SERVER gd_partitions OPTIONS (user '$user');
+});
+my ($out, $err) = run_command([ 'psql', '-X', '-q', '-d', $router->connstr('postgres'), '-f', "$sharding/router.sql" ]);
+is($err, '', 'the router set up');
+
+sub routed { return $router->safe_psql('postgres', $_[0]) }
+
+sub on_partition
+{
+	my ($p, $sql) = @_;
+	return $shards{ $shard_of{$p} }->safe_psql("p$p", $sql);
+}
+
+# Definitions reach every partition.
+is(routed(q{SELECT gd_define_fsm('order', initial => 'pack', steps => '{"pack": {"handler": "public.ship(jsonb, gd.context)"},
+                                                                        "done": {"handler": "public.ship(jsonb, gd.context)"}}')}),
+	'1', 'gd_define_fsm through the router');
+is(join(',', map { on_partition($_, q{SELECT count(*) FROM gd.fsms WHERE name = 'order'}) } 0 .. 3), '1,1,1,1',
+	'defined on every partition');
+
+# By key: on the partition the key hashes to; without: spread; each id names its partition.
+my %keyed;
+$keyed{"order-$_"} = routed("SELECT gd_insert('order', '{\"wait\": true}', correlation_key => 'order-$_')") for 1 .. 16;
+my @loose = map { routed(q{SELECT gd_insert('order')}) } 1 .. 16;
+my @misplaced;
+for my $key (sort keys %keyed)
+{
+	my $p = routed("SELECT hashtext('$key') & " . ($partitions - 1));
+	push @misplaced, $key
+	  unless on_partition($p, "SELECT count(*) FROM gd.instances WHERE correlation_key = '$key' AND id = $keyed{$key}") eq '1';
+	push @misplaced, "$key id" unless $keyed{$key} % $partitions == $p;
+}
+is(join(', ', @misplaced), '', 'every keyed instance on the partition its key hashes to, its id naming it');
+my %used = map { $_ % $partitions => 1 } @loose;
+cmp_ok(scalar(keys %used), '>=', 2, 'instances without a key spread over partitions');
+my $ids = join(',', @loose);
+ok($router->poll_query_until('postgres',
+		"SELECT bool_and(status = 'done' AND result->>'partition' = 'p' || (id % $partitions))
+		   FROM unnest('{$ids}'::bigint[]) id, gd_await(id, '1s')"),
+	'each ran on the partition its id names (gd_await through the router)');
+
+# Signals by key and by id, then gd_await.
+my ($first, $second) = @keyed{ 'order-1', 'order-2' };
+ok($router->poll_query_until('postgres',
+		"SELECT bool_and(status = 'awaiting') FROM unnest(ARRAY[$first, $second]) id, gd_await(id, '1s')"),
+	'the keyed instances wait for their signal');
+is(routed(q{SELECT gd_signal('order-1', 'paid', '{"amount": 5}')}), 't', 'signal by key');
+is(routed("SELECT gd_signal(${second}::bigint, 'paid')"), 't', 'signal by id');
+is(routed("SELECT string_agg(status, ',') FROM unnest(ARRAY[$first, $second]) id, gd_await(id, '10s', 'terminal')"),
+	'done,done', 'both done');
+
+# Children stay on their parent's partition.
+my $parent = routed(q{SELECT gd_insert('order', '{"children": true}', correlation_key => 'family')});
+is(routed("SELECT status FROM gd_await($parent, '10s', 'terminal')"), 'done', 'the parent ended after its children')
+  or diag routed("SELECT error FROM gd_await($parent, '1s')");
+my $p = $parent % $partitions;
+is(on_partition($p, "SELECT count(*) FROM gd.instances WHERE parent_id = $parent AND id % $partitions = $p"), '2',
+	'its two children on its partition');
+
+# gd_cancel, the aggregated stats, the engine's errors unchanged.
+is(routed("SELECT gd_cancel($keyed{'order-3'})"), 't', 'gd_cancel by id');
+is(routed(q{SELECT cancelled FROM gd_router.queue_stats WHERE queue = 'default'}), '1', 'aggregated queue stats');
+$router->safe_psql('postgres', q{
+CREATE FUNCTION try(statement text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    code text;
+    message text;
+BEGIN
+    EXECUTE statement;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
+    RETURN code || ' ' || regexp_replace(message, '^.*REMOTE ERROR: ', '');
+END $$;
+});
+is(routed(q{SELECT try($$SELECT gd_insert('no_such_fsm', correlation_key => 'x')$$)}),
+	"42704 gen_durable: unknown FSM 'no_such_fsm'", 'an unknown FSM: the engine\'s SQLSTATE and message');
+is(routed(q{SELECT try($$SELECT gd_insert('order', correlation_key => 'order-4')$$)}),
+	"23505 gen_durable: correlation key 'order-4' is already taken", 'a duplicate key: the engine\'s SQLSTATE and message');
+is(routed(q{SELECT try($$SELECT gd_signal(-8::bigint, 'paid')$$)}) =~ s/ .*//r, 'P0002', 'no target: P0002');
+
+# A shard server down: its partitions' calls fail naming the partition; the others go on; nothing lost.
+$shards{b}->stop('immediate');
+my ($down) = grep { $_ % 2 == 1 } map { $keyed{"order-$_"} } 5 .. 16;
+my ($up) = grep { $_ % 2 == 0 } map { $keyed{"order-$_"} } 5 .. 16;
+my ($rc, $stdout, $stderr) = $router->psql('postgres', "SELECT gd_signal(${down}::bigint, 'paid')");
+like($stderr, qr/\[p[13]\] PQconnectStart: connection to server .* failed/,
+	'a call for a partition of the stopped server fails naming it') or diag $stderr;
+is(routed("SELECT gd_signal(${up}::bigint, 'paid')"), 't', 'the other server\'s partitions go on');
+$shards{b}->start;
+is(routed("SELECT gd_signal(${down}::bigint, 'paid')"), 't', 'back: the call goes through');
+is(routed("SELECT string_agg(status, ',') FROM unnest(ARRAY[$down, $up]) id, gd_await(id, '10s', 'terminal')"),
+	'done,done', 'and nothing was lost');
+
+$_->stop for values %shards;
+$router->stop;
+done_testing();
