@@ -21,3 +21,49 @@ BEGIN
     SELECT (coalesce(max(id), 0) / n + 1) * n + p INTO next_id FROM gd._instances;
     EXECUTE format('ALTER SEQUENCE gd._instances_id_seq INCREMENT BY %s RESTART WITH %s', n, next_id);
 END $$;
+
+-- What the router's gd_router.copy_definitions() uses to give a partition
+-- created later (or restored empty) another partition's definitions:
+-- gd_sharding.definitions() describes them, gd_sharding.apply_definitions()
+-- makes them here, each FSM as its owner (who must exist on this server).
+CREATE SCHEMA IF NOT EXISTS gd_sharding;
+-- (search_path pg_catalog: a handler's name comes out with its schema)
+CREATE OR REPLACE FUNCTION gd_sharding.definitions() RETURNS jsonb LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
+    SELECT jsonb_build_object(
+        'fsms', coalesce((SELECT jsonb_agg(jsonb_build_object(
+                    'name', f.name, 'initial', f.initial_step, 'queue', f.queue, 'version', f.version,
+                    'state_defaults', f.state_defaults, 'history', f.history, 'owner', f.owner::text,
+                    'steps', (SELECT jsonb_object_agg(s.step, jsonb_strip_nulls(jsonb_build_object(
+                                  'handler', s.handler::text, 'max_attempts', s.max_attempts,
+                                  'backoff', s.backoff, 'max_backoff', s.max_backoff, 'timeout', s.timeout,
+                                  'rate_limit', s.rate_limit, 'queue', s.queue)))
+                                FROM gd.steps s WHERE s.fsm = f.name AND s.version = f.version))
+                    ORDER BY f.name, f.version) FROM gd.fsms f), '[]'),
+        'grants', coalesce((SELECT jsonb_agg(jsonb_build_object('fsm', g.fsm, 'role', g.role::text)) FROM gd.grants g), '[]'),
+        'rate_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.rate_limits l), '[]'),
+        'concurrency_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.concurrency_limits l), '[]'))
+$$;
+CREATE OR REPLACE FUNCTION gd_sharding.apply_definitions(definitions jsonb) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    item jsonb;
+    applied int := 0;
+BEGIN
+    FOR item IN SELECT jsonb_array_elements(definitions->'fsms') LOOP
+        EXECUTE format('SET LOCAL ROLE %I', item->>'owner');
+        PERFORM gd_define_fsm(item->>'name', item->>'initial', item->>'queue', (item->>'version')::int,
+                              item->'state_defaults', item->'steps', (item->>'history')::boolean);
+        RESET ROLE;
+        applied := applied + 1;
+    END LOOP;
+    FOR item IN SELECT jsonb_array_elements(definitions->'rate_limits') LOOP
+        PERFORM gd_set_rate_limit(item->>'name', (item->>'rate')::int, (item->>'per')::interval,
+                                  (item->>'burst')::int, (item->>'shared')::boolean);
+    END LOOP;
+    FOR item IN SELECT jsonb_array_elements(definitions->'concurrency_limits') LOOP
+        PERFORM gd_set_concurrency_limit(item->>'name', (item->>'max')::int, (item->>'shared')::boolean);
+    END LOOP;
+    FOR item IN SELECT jsonb_array_elements(definitions->'grants') LOOP
+        PERFORM gd_grant(item->>'fsm', (item->>'role')::regrole);
+    END LOOP;
+    RETURN applied;
+END $$;

@@ -148,3 +148,21 @@ SELECT queue, sum(runnable) AS runnable, sum(scheduled) AS scheduled, sum(execut
        sum(awaiting_signal) AS awaiting_signal, sum(awaiting_children) AS awaiting_children, sum(done) AS done,
        sum(failed) AS failed, sum(cancelled) AS cancelled, bool_or(paused) AS paused_somewhere
   FROM gd_router.queue_stats_all() GROUP BY queue;
+
+-- ---------------------------------------------- a partition created later
+CREATE OR REPLACE FUNCTION gd_router.definitions_of(partition int) RETURNS SETOF jsonb LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON partition;
+    SELECT gd_sharding.definitions();
+$$;
+CREATE OR REPLACE FUNCTION gd_router.apply_definitions_on(partition int, definitions jsonb) RETURNS SETOF int
+LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON partition;
+    SELECT gd_sharding.apply_definitions(definitions);
+$$;
+-- Give partition `target` (new, or restored empty) the FSM definitions,
+-- limits and grants of partition `source`; returns how many FSM versions.
+CREATE OR REPLACE FUNCTION gd_router.copy_definitions(source int, target int) RETURNS int LANGUAGE sql AS $$
+    SELECT gd_router.apply_definitions_on(target, d) FROM gd_router.definitions_of(source) d
+$$;

@@ -146,6 +146,24 @@ is(routed("SELECT gd_signal(${down}::bigint, 'paid')"), 't', 'back: the call goe
 is(routed("SELECT string_agg(status, ',') FROM unnest(ARRAY[$down, $up]) id, gd_await(id, '10s', 'terminal')"),
 	'done,done', 'and nothing was lost');
 
+# A partition created later (p3 made again, empty) receives the others' definitions and limits.
+routed(q{SELECT gd_set_rate_limit('api', 10, '1 second')});
+$shards{b}->safe_psql('postgres', 'DROP DATABASE p3 WITH (FORCE)');
+$shards{b}->safe_psql('postgres', 'CREATE DATABASE p3');
+$shards{b}->safe_psql('p3', 'CREATE EXTENSION gen_durable');
+($out, $err) = run_command([ 'psql', '-X', '-q', '-d', $shards{b}->connstr('p3'), '-v', 'partition=3',
+	'-v', "partitions=$partitions", '-f', "$sharding/partition.sql" ]);
+is($err, '', 'p3 made again');
+$shards{b}->safe_psql('p3', q{CREATE FUNCTION ship(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$});
+is(routed('SELECT gd_router.copy_definitions(0, 3)'), '1', 'gd_router.copy_definitions: one FSM version');
+is(on_partition(3, q{SELECT (SELECT count(*) FROM gd.steps WHERE fsm = 'order') || ' steps, rate ' ||
+                            (SELECT rate FROM gd.rate_limits WHERE name = 'api')}), '2 steps, rate 10',
+	'p3 has the FSM\'s steps and the limit');
+my ($key3) = grep { routed("SELECT hashtext('$_') & 3") == 3 } map { "late-$_" } 1 .. 64;
+my $late = routed("SELECT gd_insert('order', correlation_key => '$key3')");
+is(routed("SELECT status || ' on p' || ($late % $partitions) FROM gd_await($late, '10s', 'terminal')"), 'done on p3',
+	'an instance keyed to p3 runs there');
+
 $_->stop for values %shards;
 $router->stop;
 done_testing();
