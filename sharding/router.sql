@@ -166,3 +166,80 @@ $$;
 CREATE OR REPLACE FUNCTION gd_router.copy_definitions(source int, target int) RETURNS int LANGUAGE sql AS $$
     SELECT gd_router.apply_definitions_on(target, d) FROM gd_router.definitions_of(source) d
 $$;
+
+-- ------------------------------------ more definitions, on every partition
+-- (A handler and a role are named as text here: the router has neither the
+-- handlers' functions nor, perhaps, the roles; each partition resolves them.)
+CREATE OR REPLACE FUNCTION gd_router.define_step_all(fsm text, step text, handler text, max_attempts int,
+                                                     backoff interval, max_backoff interval, timeout interval,
+                                                     version int, rate_limit text, queue text)
+RETURNS SETOF int LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT 1 FROM gd_define_step(fsm, step, handler::regprocedure, max_attempts, backoff, max_backoff, timeout,
+                                 version, rate_limit, queue);
+$$;
+CREATE OR REPLACE FUNCTION gd_define_step(fsm text, step text, handler text DEFAULT NULL, max_attempts int DEFAULT 3,
+                                          backoff interval DEFAULT '1s', max_backoff interval DEFAULT '5m',
+                                          timeout interval DEFAULT NULL, version int DEFAULT NULL,
+                                          rate_limit text DEFAULT NULL, queue text DEFAULT NULL)
+RETURNS void LANGUAGE sql AS $$
+    SELECT FROM gd_router.define_step_all(fsm, step, handler, max_attempts, backoff, max_backoff, timeout, version,
+                                          rate_limit, queue)
+$$;
+CREATE OR REPLACE FUNCTION gd_router.grant_all(fsm text, role text, granted boolean) RETURNS SETOF boolean
+LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT CASE WHEN granted THEN (SELECT true FROM gd_grant(fsm, role::regrole)) ELSE gd_revoke(fsm, role::regrole) END;
+$$;
+CREATE OR REPLACE FUNCTION gd_grant(fsm text, role text) RETURNS void LANGUAGE sql AS $$
+    SELECT FROM gd_router.grant_all(fsm, role, true)
+$$;
+CREATE OR REPLACE FUNCTION gd_revoke(fsm text, role text) RETURNS boolean LANGUAGE sql AS $$
+    SELECT bool_or(changed) FROM gd_router.grant_all(fsm, role, false) changed
+$$;
+CREATE OR REPLACE FUNCTION gd_router.drop_limit_all(name text, rate boolean) RETURNS SETOF boolean
+LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT CASE WHEN rate THEN gd_drop_rate_limit(name) ELSE gd_drop_concurrency_limit(name) END;
+$$;
+CREATE OR REPLACE FUNCTION gd_drop_rate_limit(name text) RETURNS boolean LANGUAGE sql AS $$
+    SELECT bool_or(dropped) FROM gd_router.drop_limit_all(name, true) dropped
+$$;
+CREATE OR REPLACE FUNCTION gd_drop_concurrency_limit(name text) RETURNS boolean LANGUAGE sql AS $$
+    SELECT bool_or(dropped) FROM gd_router.drop_limit_all(name, false) dropped
+$$;
+
+-- ----------------------------------------------------------------- schedules
+-- A schedule lives on the partition its name hashes to (on every partition
+-- it would fire once per partition); the instances it starts run there.
+CREATE OR REPLACE FUNCTION gd_schedule(name text, cron text, fsm text, state jsonb DEFAULT '{}',
+                                       time_zone text DEFAULT 'UTC', queue text DEFAULT NULL,
+                                       priority int DEFAULT 0, overlap text DEFAULT 'allow',
+                                       catch_up text DEFAULT 'latest', enabled boolean DEFAULT true)
+RETURNS void LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON hashtext(name);
+$$;
+CREATE OR REPLACE FUNCTION gd_unschedule(name text) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON hashtext(name);
+$$;
+CREATE OR REPLACE FUNCTION gd_pause_schedule(name text) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON hashtext(name);
+$$;
+CREATE OR REPLACE FUNCTION gd_resume_schedule(name text) RETURNS boolean LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON hashtext(name);
+$$;
+CREATE OR REPLACE FUNCTION gd_router.schedules_all(OUT partition text, OUT name text, OUT cron text, OUT fsm text,
+                                                   OUT enabled boolean, OUT next_run_at timestamptz, OUT runs bigint)
+RETURNS SETOF record LANGUAGE plproxy AS $$
+    CLUSTER 'gd_partitions';
+    RUN ON ALL;
+    SELECT current_database()::text AS partition, name, cron, fsm, enabled, next_run_at, runs::bigint FROM gd.schedules;
+$$;
+CREATE OR REPLACE VIEW gd_router.schedules AS SELECT * FROM gd_router.schedules_all();

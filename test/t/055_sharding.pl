@@ -111,6 +111,17 @@ my $p = $parent % $partitions;
 is(on_partition($p, "SELECT count(*) FROM gd.instances WHERE parent_id = $parent AND id % $partitions = $p"), '2',
 	'its two children on its partition');
 
+# More definitions everywhere; a schedule on one partition.
+routed(q{SELECT gd_define_step('order', 'audit', handler => 'public.ship(jsonb, gd.context)')});
+is(join(',', map { on_partition($_, q{SELECT count(*) FROM gd.steps WHERE fsm = 'order' AND step = 'audit'}) } 0 .. 3),
+	'1,1,1,1', 'gd_define_step through the router: on every partition');
+routed(q{SELECT gd_set_concurrency_limit('room', 2)});
+is(routed(q{SELECT gd_drop_concurrency_limit('room')}), 't', 'a limit set and dropped on every partition');
+routed(q{SELECT gd_schedule('nightly', '0 3 * * *', 'order')});
+is(routed(q{SELECT partition || ' ' || (partition = 'p' || (hashtext('nightly') & 3)) FROM gd_router.schedules}),
+	'p' . routed(q{SELECT hashtext('nightly') & 3}) . ' true', 'a schedule on the partition its name hashes to, once');
+is(routed(q{SELECT gd_unschedule('nightly')}), 't', 'and gone');
+
 # gd_cancel, the aggregated stats, the engine's errors unchanged.
 is(routed("SELECT gd_cancel($keyed{'order-3'})"), 't', 'gd_cancel by id');
 is(routed(q{SELECT cancelled FROM gd_router.queue_stats WHERE queue = 'default'}), '1', 'aggregated queue stats');
@@ -157,7 +168,7 @@ is($err, '', 'p3 made again');
 $shards{b}->safe_psql('p3', q{CREATE FUNCTION ship(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$});
 is(routed('SELECT gd_router.copy_definitions(0, 3)'), '1', 'gd_router.copy_definitions: one FSM version');
 is(on_partition(3, q{SELECT (SELECT count(*) FROM gd.steps WHERE fsm = 'order') || ' steps, rate ' ||
-                            (SELECT rate FROM gd.rate_limits WHERE name = 'api')}), '2 steps, rate 10',
+                            (SELECT rate FROM gd.rate_limits WHERE name = 'api')}), '3 steps, rate 10',
 	'p3 has the FSM\'s steps and the limit');
 my ($key3) = grep { routed("SELECT hashtext('$_') & 3") == 3 } map { "late-$_" } 1 .. 64;
 my $late = routed("SELECT gd_insert('order', correlation_key => '$key3')");
