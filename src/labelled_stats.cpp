@@ -39,12 +39,13 @@ struct Label {
     char text[NAMEDATALEN];
 };
 
-void set_label(Label &label, const char *name)
+void set_label(Label &label, const char *name, int length = -1)
 {
     memset(label.text, 0, sizeof(label.text));
     if (name == nullptr)
         return;
-    int length = static_cast<int>(strlen(name));
+    if (length < 0)
+        length = static_cast<int>(strlen(name));
     memcpy(label.text, name, pg_mbcliplen(name, length, NAMEDATALEN - 1));
 }
 
@@ -361,9 +362,7 @@ void gd_count_limit(LimitKind kind, const char *limit_key, const LimitCounts &co
     key.database = MyDatabaseId;
     key.kind = static_cast<int32>(kind);
     const char *colon = strchr(limit_key, ':');
-    char *name = colon == nullptr ? pstrdup(limit_key) : pnstrdup(limit_key, colon - limit_key);
-    set_label(key.name, name);
-    pfree(name);
+    set_label(key.name, limit_key, colon == nullptr ? -1 : static_cast<int>(colon - limit_key));
     Label partition;
     if (colon != nullptr)
         set_label(partition, colon + 1);

@@ -45,9 +45,16 @@ Datum *datum_array(int count)
     return static_cast<Datum *>(palloc(sizeof(Datum) * Max(count, 1)));
 }
 
-/* Add the step's row to the batch (which has room). */
+/* Add the step's row to the batch (which has room); its columns are made at the first row, as most
+ * batches, of FSMs without a history, have none. */
 void add_row(HistoryBatch &batch, int64 id, const Transition &t)
 {
+    if (batch.ids == nullptr) {
+        for (Datum **column : {&batch.ids, &batch.attempts, &batch.steps, &batch.kinds, &batch.started, &batch.ended,
+                               &batch.errors, &batch.workers})
+            *column = datum_array(batch.capacity);
+        batch.error_nulls = static_cast<bool *>(palloc(sizeof(bool) * batch.capacity));
+    }
     TimestampTz ended = t.started_at != 0 ? t.started_at + t.duration_us : GetCurrentTimestamp();
     int i = batch.count++;
     batch.ids[i] = Int64GetDatum(id);
@@ -67,10 +74,6 @@ HistoryBatch *gd_begin_history(int capacity)
 {
     auto *batch = static_cast<HistoryBatch *>(palloc0(sizeof(HistoryBatch)));
     batch->capacity = Max(capacity, 1);
-    for (Datum **column : {&batch->ids, &batch->attempts, &batch->steps, &batch->kinds, &batch->started,
-                           &batch->ended, &batch->errors, &batch->workers})
-        *column = datum_array(batch->capacity);
-    batch->error_nulls = static_cast<bool *>(palloc(sizeof(bool) * batch->capacity));
     return batch;
 }
 
