@@ -43,7 +43,9 @@ CREATE OR REPLACE FUNCTION gd_sharding.definitions() RETURNS jsonb LANGUAGE sql 
         'rate_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.rate_limits l), '[]'),
         'concurrency_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.concurrency_limits l), '[]'))
 $$;
-CREATE OR REPLACE FUNCTION gd_sharding.apply_definitions(definitions jsonb) RETURNS int LANGUAGE plpgsql AS $$
+-- (search_path pinned: no name here resolves to an object a tenant could create)
+CREATE OR REPLACE FUNCTION gd_sharding.apply_definitions(definitions jsonb) RETURNS int LANGUAGE plpgsql
+SET search_path = pg_catalog, public AS $$
 DECLARE
     item jsonb;
     applied int := 0;
@@ -67,3 +69,5 @@ BEGIN
     END LOOP;
     RETURN applied;
 END $$;
+-- For the router's mapped user (a superuser or the engine's owner) only.
+REVOKE ALL ON FUNCTION gd_sharding.definitions(), gd_sharding.apply_definitions(jsonb) FROM PUBLIC;
