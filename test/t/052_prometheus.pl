@@ -8,6 +8,7 @@ use strict;
 use warnings;
 use HTTP::Tiny;
 use IPC::Run;
+use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -93,7 +94,7 @@ for (1 .. 100)
 		$metrics = $response->{content};
 		last;
 	}
-	sleep 0.2;
+	usleep(200_000);   # (a bare sleep takes whole seconds: 0.2 would not wait at all)
 }
 $running->kill_kill;
 note($err) if $metrics eq '';
