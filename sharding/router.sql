@@ -243,3 +243,10 @@ RETURNS SETOF record LANGUAGE plproxy AS $$
     SELECT current_database()::text AS partition, name, cron, fsm, enabled, next_run_at, runs::bigint FROM gd.schedules;
 $$;
 CREATE OR REPLACE VIEW gd_router.schedules AS SELECT * FROM gd_router.schedules_all();
+-- ------------------------------------------------------------------ rights
+-- Every router role may call the API: each partition checks the rights of
+-- the user the role is mapped to.  Copying definitions reads and writes
+-- every FSM of a partition: for the router's administrators only.
+GRANT USAGE ON SCHEMA gd_router TO PUBLIC;
+REVOKE ALL ON FUNCTION gd_router.copy_definitions(int, int), gd_router.definitions_of(int),
+                       gd_router.apply_definitions_on(int, jsonb) FROM PUBLIC;

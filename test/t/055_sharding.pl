@@ -144,6 +144,73 @@ is(routed(q{SELECT try($$SELECT gd_insert('order', correlation_key => 'order-4')
 	"23505 gen_durable: correlation key 'order-4' is already taken", 'a duplicate key: the engine\'s SQLSTATE and message');
 is(routed(q{SELECT try($$SELECT gd_signal(-8::bigint, 'paid')$$)}) =~ s/ .*//r, 'P0002', 'no target: P0002');
 
+# Each router role mapped to its own user on the partitions: the engine's
+# per-role rights hold through the router, and grants reach every partition.
+for my $node ($router, values %shards)
+{
+	$node->safe_psql('postgres', 'CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN');
+}
+$router->safe_psql('postgres', q{
+CREATE USER MAPPING FOR alice SERVER gd_partitions OPTIONS (user 'alice');
+CREATE USER MAPPING FOR bob SERVER gd_partitions OPTIONS (user 'bob');
+GRANT USAGE ON FOREIGN SERVER gd_partitions TO alice, bob;
+});
+sub routed_as { my ($role, $sql) = @_; return routed("SET ROLE $role; $sql") }
+
+routed_as('alice', q{SELECT gd_define_fsm('invoice', initial => 'pack', steps => '{"pack": {"handler": "public.ship(jsonb, gd.context)"},
+                                                                                 "done": {"handler": "public.ship(jsonb, gd.context)"}}')});
+is(join(',', map { on_partition($_, q{SELECT owner::text FROM gd.fsms WHERE name = 'invoice'}) } 0 .. 3),
+	'alice,alice,alice,alice', 'an FSM defined through the router belongs to the router role\'s user everywhere');
+my $invoice = routed_as('alice', q{SELECT gd_insert('invoice', '{"wait": true}', correlation_key => 'inv-1')});
+is(routed_as('bob', q{SELECT try($$SELECT gd_insert('invoice')$$)}),
+	"42501 gen_durable: permission denied for FSM 'invoice'", 'another role may not insert alice\'s FSM');
+is(routed_as('bob', "SELECT status FROM gd_await($invoice, '0s')"), 'not_found', 'nor see her instance');
+is(routed_as('bob', q{SELECT try($$SELECT gd_signal('inv-1', 'paid')$$)}) =~ s/ .*//r, 'P0002', 'nor signal it by key');
+is(routed_as('bob', q{SELECT try($$SELECT gd_grant('invoice', 'bob')$$)}) =~ s/ .*//r, '42501', 'nor grant it himself');
+routed_as('alice', q{SELECT gd_grant('invoice', 'bob')});
+is(join(',', map { on_partition($_, q{SELECT string_agg(role::text, ',') FROM gd.grants WHERE fsm = 'invoice'}) } 0 .. 3),
+	'bob,bob,bob,bob', 'gd_grant through the router: on every partition');
+is(routed_as('bob', q{SELECT gd_signal('inv-1', 'paid')}), 't', 'granted: bob signals her instance by key');
+my $bobs = routed_as('bob', q{SELECT gd_insert('invoice')});
+is(routed_as('bob', "SELECT string_agg(status, ',') FROM unnest(ARRAY[$invoice, $bobs]) id, gd_await(id, '10s', 'terminal')"),
+	'done,done', 'and inserts his own');
+is(routed_as('alice', q{SELECT gd_revoke('invoice', 'bob')}), 't', 'gd_revoke through the router');
+is(routed_as('bob', q{SELECT try($$SELECT gd_insert('invoice')$$)}) =~ s/ .*//r, '42501', 'revoked everywhere');
+routed_as('alice', q{SELECT gd_grant('invoice', 'bob')});
+
+# External workers: one process serving every partition (a connection and a
+# listener in each database: NOTIFY does not leave its database).
+routed(q{SELECT gd_define_fsm('label', initial => 'print', steps => '{"print": {}}')});
+my $handlers = $router->basedir . '/label_handlers.py';
+PostgreSQL::Test::Utils::append_to_file($handlers, q{
+from gen_durable import done
+
+def print_label(state, ctx):
+    database = ctx.connection.execute("SELECT current_database()").fetchone()[0]
+    return done({"partition": database})
+
+HANDLERS = {("label", "print"): print_label}
+});
+local $ENV{PYTHONPATH} = "$ENV{TESTDIR}/../clients/python";
+my $worker = IPC::Run::start(
+	[ '/usr/bin/python3', '-m', 'gen_durable', 'worker', '--handlers', $handlers, '--poll', '30',
+	  map { ('--dsn', $shards{ $shard_of{$_} }->connstr("p$_")) } 0 .. $partitions - 1 ],
+	'>', \my $worker_out, '2>', \my $worker_err);
+my @labels = split /\n/, routed(q{
+SELECT gd_insert('label', correlation_key => key)
+  FROM (SELECT key, row_number() OVER (PARTITION BY hashtext(key) & 3) AS nth
+          FROM (SELECT 'label-' || n AS key FROM generate_series(1, 64) n) k) keys
+ WHERE nth <= 3});
+is(scalar(@labels), 12, 'three labels for each partition');
+my $label_ids = join(',', @labels);
+ok($router->poll_query_until('postgres',
+		"SELECT bool_and(status = 'done' AND result->>'partition' = 'p' || (id % $partitions))
+		   FROM unnest('{$label_ids}'::bigint[]) id, gd_await(id, '1s')"),
+	'one worker process ran the external steps of every partition, each on its own')
+  or diag $worker_err;
+$worker->signal('TERM');
+ok($worker->finish, 'and drained on SIGTERM') or diag $worker_err;
+
 # A shard server down: its partitions' calls fail naming the partition; the others go on; nothing lost.
 $shards{b}->stop('immediate');
 my ($down) = grep { $_ % 2 == 1 } map { $keyed{"order-$_"} } 5 .. 16;
@@ -166,10 +233,12 @@ $shards{b}->safe_psql('p3', 'CREATE EXTENSION gen_durable');
 	'-v', "partitions=$partitions", '-f', "$sharding/partition.sql" ]);
 is($err, '', 'p3 made again');
 $shards{b}->safe_psql('p3', q{CREATE FUNCTION ship(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$});
-is(routed('SELECT gd_router.copy_definitions(0, 3)'), '1', 'gd_router.copy_definitions: one FSM version');
+is(routed('SELECT gd_router.copy_definitions(0, 3)'), '3', 'gd_router.copy_definitions: three FSM versions');
 is(on_partition(3, q{SELECT (SELECT count(*) FROM gd.steps WHERE fsm = 'order') || ' steps, rate ' ||
-                            (SELECT rate FROM gd.rate_limits WHERE name = 'api')}), '3 steps, rate 10',
-	'p3 has the FSM\'s steps and the limit');
+                            (SELECT rate FROM gd.rate_limits WHERE name = 'api') || ', invoice owned by ' ||
+                            (SELECT owner::text FROM gd.fsms WHERE name = 'invoice') || ' granted to ' ||
+                            (SELECT string_agg(role::text, ',') FROM gd.grants WHERE fsm = 'invoice')}),
+	'3 steps, rate 10, invoice owned by alice granted to bob', 'p3 has the FSMs\' steps, owners, grants and the limit');
 my ($key3) = grep { routed("SELECT hashtext('$_') & 3") == 3 } map { "late-$_" } 1 .. 64;
 my $late = routed("SELECT gd_insert('order', correlation_key => '$key3')");
 is(routed("SELECT status || ' on p' || ($late % $partitions) FROM gd_await($late, '10s', 'terminal')"), 'done on p3',

@@ -2,14 +2,16 @@
 
     python -m gen_durable worker --dsn 'dbname=app' --handlers shop_handlers.py --queue shop --concurrency 4
 
-The file defines HANDLERS = {(fsm, step): function}.
+The file defines HANDLERS = {(fsm, step): function}.  Repeat --dsn to serve
+several databases (a sharded engine's partitions), each with its own lanes
+and listener.
 """
 
 import argparse
 import importlib.util
 import logging
 
-from .worker import Worker
+from .worker import Worker, run_workers
 
 
 def load_handlers(path):
@@ -23,7 +25,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m gen_durable", description="gen_durable external worker")
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="run the external steps of a handlers file")
-    worker.add_argument("--dsn", default="", help="libpq connection string (default: the PG* environment)")
+    worker.add_argument("--dsn", action="append", dest="dsns",
+                        help="libpq connection string (default: the PG* environment); repeat for several databases")
     worker.add_argument("--handlers", required=True, help="Python file defining HANDLERS = {(fsm, step): fn}")
     worker.add_argument("--queue", action="append", dest="queues",
                         help="a queue to serve (repeat; default: the queues the handled steps are defined on)")
@@ -39,9 +42,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s[%(process)d] %(message)s")
-    Worker(args.dsn, load_handlers(args.handlers), queues=args.queues, concurrency=args.concurrency,
-           batch=args.batch, lease=args.lease, poll=args.poll, name=args.name, listen_conninfo=args.listen_dsn,
-           pooler={"auto": None, "yes": True, "no": False}[args.pooler]).run()
+    dsns = args.dsns or [""]
+    if args.listen_dsn and len(dsns) > 1:
+        parser.error("--listen-dsn serves one --dsn")
+    handlers = load_handlers(args.handlers)
+    workers = [Worker(dsn, handlers, queues=args.queues, concurrency=args.concurrency, batch=args.batch,
+                      lease=args.lease, poll=args.poll, name=args.name, listen_conninfo=args.listen_dsn,
+                      pooler={"auto": None, "yes": True, "no": False}[args.pooler]) for dsn in dsns]
+    run_workers(workers)
 
 
 if __name__ == "__main__":

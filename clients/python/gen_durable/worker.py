@@ -37,7 +37,7 @@ import os
 import select
 import signal
 import threading
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import psycopg
 
@@ -75,9 +75,8 @@ class Worker(_core.WorkerSettings):
         """Serve until stop(); returns once every lane has finished its batch."""
         if not self.handlers:
             raise ValueError("the worker has no handlers")
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self.stop)
-            signal.signal(signal.SIGINT, self.stop)
+        if install_signal_handlers:
+            _stop_on_signals([self])
         self._resolve_queues()
         self._wakeups = [threading.Event() for _ in range(self.concurrency)]
         helpers = [threading.Thread(target=self._listen, name="gd-listen", daemon=True),
@@ -86,9 +85,7 @@ class Worker(_core.WorkerSettings):
         for thread in helpers + lanes:
             thread.start()
         log.info("worker %s serving queues %s with %d lanes", self.name, ", ".join(self.queues), self.concurrency)
-        while any(lane.is_alive() for lane in lanes):
-            for lane in lanes:
-                lane.join(timeout=0.2)   # short joins: signal handlers run in this thread
+        _join(lanes)
         log.info("worker %s stopped", self.name)
 
     def _connect(self, conninfo: Optional[str] = None) -> "tuple[psycopg.Connection, bool]":
@@ -300,3 +297,31 @@ class Worker(_core.WorkerSettings):
                 log.warning("worker %s: heartbeat connection lost (%s); reconnecting in %.1f s", self.name,
                             str(e).strip(), delay)
                 self._sleep(delay)
+
+
+def run_workers(workers: Sequence[Worker]):
+    """Serve several databases from one process, a Worker for each, until
+    SIGTERM or SIGINT drains them all.  The partitions of a sharded engine
+    (sharding/README.md) need one each: a notification does not leave its
+    database, so each Worker listens in its own."""
+    _stop_on_signals(workers)
+    threads = [threading.Thread(target=worker.run, args=(False,), name=f"gd-worker-{n}")
+               for n, worker in enumerate(workers)]
+    for thread in threads:
+        thread.start()
+    _join(threads)
+
+
+def _stop_on_signals(workers: Sequence[Worker]):
+    if threading.current_thread() is threading.main_thread():
+        def stop(*_):
+            for worker in workers:
+                worker.stop()
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+
+def _join(threads: Sequence[threading.Thread]):
+    while any(thread.is_alive() for thread in threads):
+        for thread in threads:
+            thread.join(timeout=0.2)   # short joins: signal handlers run in this thread
