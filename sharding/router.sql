@@ -19,13 +19,13 @@ CREATE OR REPLACE FUNCTION gd_router.partition_of(id bigint) RETURNS int LANGUAG
     SELECT (id & 2147483647)::int
 $$;
 
--- The partitions' database names, one call to each.
-CREATE OR REPLACE FUNCTION gd_router.partitions() RETURNS SETOF text LANGUAGE plproxy AS $$
-    CLUSTER 'gd_partitions';
-    RUN ON ALL;
-    SELECT current_database()::text;
+-- How many partitions the cluster has: its server's pN options (read here,
+-- with no call to any partition, so a server that is down stops only the
+-- calls that go to it).
+CREATE OR REPLACE FUNCTION gd_router.partition_count() RETURNS int LANGUAGE sql STABLE AS $$
+    SELECT count(*)::int FROM pg_catalog.pg_foreign_server s, pg_catalog.unnest(s.srvoptions) o
+     WHERE s.srvname = 'gd_partitions' AND o ~ '^p[0-9]+='
 $$;
-
 -- ---------------------------------------------------------------- instances
 CREATE OR REPLACE FUNCTION gd_insert(fsm text, state jsonb DEFAULT '{}', step text DEFAULT NULL,
                                      queue text DEFAULT NULL, priority int DEFAULT 0,
@@ -45,14 +45,21 @@ LANGUAGE plproxy AS $$
     RUN ON partition;
     SELECT gd_insert_all(fsm, entries);
 $$;
--- Each entry to its key's partition (those without a key to one at random), one call per partition.
+-- Each entry to its key's partition (those without a key to one at random),
+-- one call per partition; the ids come back in the entries' order, as the
+-- engine's do (a partition's ids are in its entries' order; if it dropped a
+-- duplicate, its ids fill its first entries' places).
 CREATE OR REPLACE FUNCTION gd_insert_all(fsm text, entries jsonb) RETURNS SETOF bigint LANGUAGE sql AS $$
-    SELECT gd_router.insert_all_on(g.partition, fsm, g.entries)
-      FROM (SELECT e.partition, jsonb_agg(e.entry ORDER BY e.n) AS entries
-              FROM (SELECT x.entry, x.n, gd_router.partition_for(x.entry->>'correlation_key')
-                                         & (SELECT count(*)::int - 1 FROM gd_router.partitions()) AS partition
-                      FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(entry, n)) e
-             GROUP BY e.partition) g
+    WITH placed AS (
+        SELECT x.entry, x.n, gd_router.partition_for(x.entry->>'correlation_key')
+                             & (gd_router.partition_count() - 1) AS partition
+          FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(entry, n)),
+    grouped AS (
+        SELECT partition, array_agg(n ORDER BY n) AS places, jsonb_agg(entry ORDER BY n) AS entries
+          FROM placed GROUP BY partition)
+    SELECT i.id
+      FROM grouped g, LATERAL gd_router.insert_all_on(g.partition, fsm, g.entries) WITH ORDINALITY AS i(id, k)
+     ORDER BY g.places[i.k]
 $$;
 
 CREATE OR REPLACE FUNCTION gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',

@@ -93,6 +93,14 @@ ok($router->poll_query_until('postgres',
 		   FROM unnest('{$ids}'::bigint[]) id, gd_await(id, '1s')"),
 	'each ran on the partition its id names (gd_await through the router)');
 
+# gd_insert_all: each entry on its key's partition, in the order given.
+my @batch_keys = map { "batch-$_" } 1 .. 8;
+my @batch = split /\n/, routed(q{SELECT gd_insert_all('order', '[} . join(', ', map { qq({"correlation_key": "$_"}) } @batch_keys) . q{]')});
+is(scalar(@batch), 8, 'gd_insert_all through the router: an id for every entry');
+is(join(',', map { $batch[$_] % $partitions } 0 .. 7),
+	join(',', map { routed("SELECT hashtext('$_') & " . ($partitions - 1)) } @batch_keys),
+	'each on the partition its key hashes to');
+
 # Signals by key and by id, then gd_await.
 my ($first, $second) = @keyed{ 'order-1', 'order-2' };
 ok($router->poll_query_until('postgres',
@@ -219,6 +227,9 @@ my ($rc, $stdout, $stderr) = $router->psql('postgres', "SELECT gd_signal(${down}
 like($stderr, qr/\[p[13]\] PQconnectStart: connection to server .* failed/,
 	'a call for a partition of the stopped server fails naming it') or diag $stderr;
 is(routed("SELECT gd_signal(${up}::bigint, 'paid')"), 't', 'the other server\'s partitions go on');
+my ($even_key) = grep { routed("SELECT hashtext('$_') & 1") == 0 } map { "even-$_" } 1 .. 64;
+is(routed(qq{SELECT count(*) FROM gd_insert_all('order', '[{"correlation_key": "$even_key"}]')}), '1',
+	'gd_insert_all to a partition that is up');
 $shards{b}->start;
 is(routed("SELECT gd_signal(${down}::bigint, 'paid')"), 't', 'back: the call goes through');
 is(routed("SELECT string_agg(status, ',') FROM unnest(ARRAY[$down, $up]) id, gd_await(id, '10s', 'terminal')"),
