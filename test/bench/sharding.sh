@@ -2,10 +2,11 @@
 # The sharding router's cost (sharding/README.md): three throwaway clusters
 # on this machine — a router and two shard servers holding four partitions —
 # then test/bench/sharding.py times gd_insert, gd_signal and gd_await one at
-# a time through the router and straight to a partition (p50/p99), and W1
-# (BENCH_JOBS single-step jobs inserted through the router, 500 a call) with
-# the partitions' executors on one shard server, then on both.  Prints
-# figures, never pass/fail; not part of `make check`.
+# a time through the router and straight to a partition (p50/p99, and each
+# backend's CPU per call), and W1 (BENCH_JOBS single-step jobs inserted 500 a
+# call, straight to the partitions and through the router) with the
+# partitions' executors on one shard server, then on both.  Prints figures,
+# never pass/fail; not part of `make check`.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BIN=/usr/lib/postgresql/15/bin
