@@ -1,12 +1,15 @@
 # One engine across servers with PL/Proxy (sharding/): a router and two shard
 # servers holding four partitions (p0, p2 on one; p1, p3 on the other).
 # Through the router: definitions on every partition; inserts by key (each on
-# the partition its key hashes to) and without (spread); ids naming their
-# partition; signals by key and by id; gd_await; a spawn whose children stay
-# on their parent's partition; gd_cancel; the aggregated queue stats; the
-# engine's errors unchanged. A shard server stopped: its partitions' calls
-# fail naming the partition, the others go on, and nothing is lost when it
-# is back.
+# the partition its key hashes to) and without (spread), one at a time and
+# with gd_insert_all; ids naming their partition; signals by key and by id;
+# gd_await; a spawn whose children stay on their parent's partition;
+# gd_cancel; the aggregated queue stats; bad input raising what the
+# partition's engine raises; router roles mapped to their own users, the
+# engine's rights and grants holding through the router; one external worker
+# process serving every partition.  A shard server stopped: its partitions'
+# calls fail naming the partition, the others go on, and nothing is lost
+# when it is back.  A partition made again receives the definitions.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -143,14 +146,32 @@ BEGIN
     RETURN 'ok';
 EXCEPTION WHEN OTHERS THEN
     GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
-    RETURN code || ' ' || regexp_replace(message, '^.*REMOTE ERROR: ', '');
+    RETURN code || ' ' || message;
 END $$;
 });
-is(routed(q{SELECT try($$SELECT gd_insert('no_such_fsm', correlation_key => 'x')$$)}),
-	"42704 gen_durable: unknown FSM 'no_such_fsm'", 'an unknown FSM: the engine\'s SQLSTATE and message');
-is(routed(q{SELECT try($$SELECT gd_insert('order', correlation_key => 'order-4')$$)}),
-	"23505 gen_durable: correlation key 'order-4' is already taken", 'a duplicate key: the engine\'s SQLSTATE and message');
-is(routed(q{SELECT try($$SELECT gd_signal(-8::bigint, 'paid')$$)}) =~ s/ .*//r, 'P0002', 'no target: P0002');
+# Bad input: the same SQLSTATE and message through the router as from the
+# partition's engine itself (psql's verbose "ERROR:  <SQLSTATE>: <message>").
+sub error_of
+{
+	my ($node, $database, $sql) = @_;
+	my (undef, undef, $stderr) = $node->psql($database, "\\set VERBOSITY verbose\n$sql");
+	return $stderr =~ /ERROR:  (\w{5}: [^\n]*)/ ? $1 : "no error ($stderr)";
+}
+my $key4_partition = routed(q{SELECT hashtext('order-4') & 3});
+for my $bad ([ 'an unknown FSM', q{SELECT gd_insert('no_such_fsm', correlation_key => 'x')},
+		routed(q{SELECT hashtext('x') & 3}), qr/^42704: gen_durable: unknown FSM/ ],
+	[ 'a duplicate key', q{SELECT gd_insert('order', correlation_key => 'order-4')}, $key4_partition,
+		qr/^23505: gen_durable: correlation key 'order-4'/ ],
+	[ 'no target', q{SELECT gd_signal(-8::bigint, 'paid')}, 0, qr/^P0002: gen_durable: signal 'paid': instance -8/ ])
+{
+	my ($what, $sql, $p, $expected) = @$bad;
+	my $through_router = error_of($router, 'postgres', $sql);
+	like($through_router, $expected, "$what through the router: the engine's SQLSTATE and message");
+	is($through_router, error_of($shards{ $shard_of{$p} }, "p$p", $sql), "$what: as the partition's engine says it");
+}
+my ($rc, $stdout, $stderr) = $router->psql('postgres', q{SELECT gd_define_fsm('order', initial => 'nowhere')});
+like($stderr, qr/ERROR:  gen_durable: [^\n]*\n(?:DETAIL:  [^\n]*\n)?[^\n]*\(on partition p[0-3]\)/,
+	'a definition refused: the engine\'s message, the partition after the detail') or diag $stderr;
 
 # Each router role mapped to its own user on the partitions: the engine's
 # per-role rights hold through the router, and grants reach every partition.
@@ -223,9 +244,9 @@ ok($worker->finish, 'and drained on SIGTERM') or diag $worker_err;
 $shards{b}->stop('immediate');
 my ($down) = grep { $_ % 2 == 1 } map { $keyed{"order-$_"} } 5 .. 16;
 my ($up) = grep { $_ % 2 == 0 } map { $keyed{"order-$_"} } 5 .. 16;
-my ($rc, $stdout, $stderr) = $router->psql('postgres', "SELECT gd_signal(${down}::bigint, 'paid')");
-like($stderr, qr/\[p[13]\] PQconnectStart: connection to server .* failed/,
-	'a call for a partition of the stopped server fails naming it') or diag $stderr;
+like(routed("SELECT try('SELECT gd_signal(${down}::bigint, ''paid'')')"),
+	qr/^08006 gen_durable: partition p[13] is unreachable: .*connection to server .* failed/,
+	'a call for a partition of the stopped server fails naming it');
 is(routed("SELECT gd_signal(${up}::bigint, 'paid')"), 't', 'the other server\'s partitions go on');
 my ($even_key) = grep { routed("SELECT hashtext('$_') & 1") == 0 } map { "even-$_" } 1 .. 64;
 is(routed(qq{SELECT count(*) FROM gd_insert_all('order', '[{"correlation_key": "$even_key"}]')}), '1',
