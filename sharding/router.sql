@@ -4,14 +4,17 @@
 -- p1 ...); CREATE USER MAPPING ... SERVER gd_partitions).  It defines the
 -- API users call, with the engine's names and signatures, over PL/Proxy
 -- functions (gd_router.*): an instance goes to the partition its correlation
--- key hashes to (hashtext, as PL/Proxy takes it modulo the partition count),
--- or to one chosen at random without a key; an id names its partition
+-- key (else its limit key) hashes to (hashtext, as PL/Proxy takes it modulo
+-- the partition count), or to one chosen at random without a key; an id names its partition
 -- (id % N: see partition.sql); definitions, grants and limits go to every
 -- partition.  A partition's error reaches the caller as the engine raised it.
 \set ON_ERROR_STOP on
 CREATE SCHEMA IF NOT EXISTS gd_router;
 
 -- Where an instance with this key lives, or a partition at random for none.
+-- An instance's key is its correlation key, else its concurrency key, else
+-- its rate limit key: the instances that share a limit key and no
+-- correlation key share a partition, where the limit holds for all of them.
 CREATE OR REPLACE FUNCTION gd_router.partition_for(key text) RETURNS int LANGUAGE sql VOLATILE AS $$
     SELECT CASE WHEN key IS NULL THEN (random() * 2147483646)::int ELSE hashtext(key) END
 $$;
@@ -34,7 +37,7 @@ CREATE OR REPLACE FUNCTION gd_router.insert(fsm text, state jsonb, step text, qu
                                             schedule_in interval, on_duplicate text, trace_context text)
 RETURNS bigint LANGUAGE plproxy AS $$
     CLUSTER 'gd_partitions';
-    RUN ON gd_router.partition_for(correlation_key);
+    RUN ON gd_router.partition_for(coalesce(correlation_key, concurrency_key, rate_limit));
     SELECT gd_insert(fsm, state, step, queue, priority, concurrency_key, correlation_key, correlation_scope,
                      rate_limit, weight, eligible_at, schedule_in, on_duplicate, trace_context);
 $$;
@@ -44,13 +47,14 @@ LANGUAGE plproxy AS $$
     RUN ON partition;
     SELECT gd_insert_all(fsm, entries);
 $$;
--- Each entry to its key's partition (those without a key to one at random),
+-- Each entry to its key's partition (as gd_router.partition_for),
 -- one call per partition; the ids come back in the entries' order, as the
 -- engine's do (a partition's ids are in its entries' order; if it dropped a
 -- duplicate, its ids fill its first entries' places).
 CREATE OR REPLACE FUNCTION gd_router.insert_all(fsm text, entries jsonb) RETURNS SETOF bigint LANGUAGE sql AS $$
     WITH placed AS (
-        SELECT x.entry, x.n, gd_router.partition_for(x.entry->>'correlation_key')
+        SELECT x.entry, x.n, gd_router.partition_for(coalesce(x.entry->>'correlation_key',
+                                                              x.entry->>'concurrency_key', x.entry->>'rate_limit'))
                              & (gd_router.partition_count() - 1) AS partition
           FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(entry, n)),
     grouped AS (

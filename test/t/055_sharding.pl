@@ -104,6 +104,13 @@ is(join(',', map { $batch[$_] % $partitions } 0 .. 7),
 	join(',', map { routed("SELECT hashtext('$_') & " . ($partitions - 1)) } @batch_keys),
 	'each on the partition its key hashes to');
 
+# Instances sharing a limit key and no correlation key share its partition,
+# so the limit holds for all of them, as on one engine.
+my @limited = map { routed(q{SELECT gd_insert('order', concurrency_key => 'room:7')}) } 1 .. 4;
+push @limited, split /\n/, routed(q{SELECT gd_insert_all('order', '[{"concurrency_key": "room:7"}, {"concurrency_key": "room:7"}]')});
+is(join(',', map { $_ % $partitions } @limited), join(',', (routed(q{SELECT hashtext('room:7') & 3})) x 6),
+	'instances with one concurrency key and no correlation key: all on the partition the key hashes to');
+
 # Signals by key and by id, then gd_await.
 my ($first, $second) = @keyed{ 'order-1', 'order-2' };
 ok($router->poll_query_until('postgres',
