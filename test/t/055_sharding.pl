@@ -208,6 +208,7 @@ is(join(',', map { on_partition($_, q{SELECT string_agg(role::text, ',') FROM gd
 	'bob,bob,bob,bob', 'gd_grant through the router: on every partition');
 is(routed_as('bob', q{SELECT gd_signal('inv-1', 'paid')}), 't', 'granted: bob signals her instance by key');
 my $bobs = routed_as('bob', q{SELECT gd_insert('invoice')});
+is(routed_as('bob', q{SELECT count(*) FROM gd_insert_all('invoice', '[{}, {}]')}), '2', 'in a batch too');
 is(routed_as('bob', "SELECT string_agg(status, ',') FROM unnest(ARRAY[$invoice, $bobs]) id, gd_await(id, '10s', 'terminal')"),
 	'done,done', 'and inserts his own');
 is(routed_as('alice', q{SELECT gd_revoke('invoice', 'bob')}), 't', 'gd_revoke through the router');
