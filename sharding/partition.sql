@@ -6,6 +6,7 @@
 -- partition with no lookup table.  Idempotent: run it again after a restore
 -- (pg_dump keeps a sequence's position, not its increment).
 \set ON_ERROR_STOP on
+SET client_min_messages = warning;
 SELECT set_config('gd_sharding.partition', :'partition', false),
        set_config('gd_sharding.partitions', :'partitions', false) \gset
 DO $$

@@ -62,6 +62,14 @@ is($err, '', 'the router set up');
 
 sub routed { return $router->safe_psql('postgres', $_[0]) }
 
+# A correlation key starting with $prefix that routes to partition $p.
+sub key_on
+{
+	my ($p, $prefix) = @_;
+	return routed("SELECT k FROM (SELECT '$prefix-' || n AS k FROM generate_series(1, 1000) n) keys
+	                WHERE hashtext(k) & " . ($partitions - 1) . " = $p ORDER BY k LIMIT 1");
+}
+
 sub on_partition
 {
 	my ($p, $sql) = @_;
@@ -256,13 +264,48 @@ like(routed("SELECT try('SELECT gd_signal(${down}::bigint, ''paid'')')"),
 	qr/^08006 gen_durable: partition p[13] is unreachable: .*connection to server .* failed/,
 	'a call for a partition of the stopped server fails naming it');
 is(routed("SELECT gd_signal(${up}::bigint, 'paid')"), 't', 'the other server\'s partitions go on');
-my ($even_key) = grep { routed("SELECT hashtext('$_') & 1") == 0 } map { "even-$_" } 1 .. 64;
+my $even_key = key_on(0, 'even');
 is(routed(qq{SELECT count(*) FROM gd_insert_all('order', '[{"correlation_key": "$even_key"}]')}), '1',
 	'gd_insert_all to a partition that is up');
 $shards{b}->start;
 is(routed("SELECT gd_signal(${down}::bigint, 'paid')"), 't', 'back: the call goes through');
 is(routed("SELECT string_agg(status, ',') FROM unnest(ARRAY[$down, $up]) id, gd_await(id, '10s', 'terminal')"),
 	'done,done', 'and nothing was lost');
+
+# Moving a partition to another server (the README's procedure): p1, with
+# an instance waiting for a signal, from shard b to shard a.
+my $key1 = key_on(1, 'moving');
+my $moving = routed("SELECT gd_insert('order', '{\"wait\": true}', correlation_key => '$key1')");
+ok($router->poll_query_until('postgres', "SELECT status = 'awaiting' FROM gd_await($moving, '1s')"),
+	'an instance on p1 waits for its signal');
+$router->safe_psql('postgres', q{ALTER SERVER gd_partitions OPTIONS (SET p1 'dbname=p1 host=/nonexistent')});
+like(routed(qq{SELECT try('SELECT gd_signal(''$key1'', ''paid'')')}), qr/^08006 gen_durable: partition p1 is unreachable/,
+	'1. the router holds p1\'s calls back');
+$shards{b}->append_conf('postgresql.conf', "gen_durable.database = 'p3'");
+$shards{b}->reload;
+ok($shards{b}->poll_query_until('postgres',
+		q{SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = 'p1' AND backend_type <> 'client backend'}),
+	'2. shard b no longer serves p1');
+my $dump = $shards{b}->basedir . '/p1.dump';
+($out, $err) = run_command([ 'pg_dump', '-Fc', '-d', $shards{b}->connstr('p1'), '-f', $dump ]);
+is($err, '', '3. p1 dumped');
+$shards{a}->safe_psql('postgres', 'CREATE DATABASE p1');
+($out, $err) = run_command([ 'pg_restore', '-d', $shards{a}->connstr('p1'), $dump ]);
+is($err, '', '   and restored on shard a');
+($out, $err) = run_command([ 'psql', '-X', '-q', '-d', $shards{a}->connstr('p1'), '-v', 'partition=1',
+	'-v', "partitions=$partitions", '-f', "$sharding/partition.sql" ]);
+is($err, '', '   partition.sql run there again');
+$shards{a}->append_conf('postgresql.conf', "gen_durable.database = 'p0, p1, p2'");
+$shards{a}->reload;
+$shard_of{1} = 'a';
+my $p1_at_a = 'dbname=p1 host=' . $shards{a}->host . ' port=' . $shards{a}->port;
+$router->safe_psql('postgres', "ALTER SERVER gd_partitions OPTIONS (SET p1 '$p1_at_a')");
+is(routed("SELECT gd_signal('$key1', 'paid')"), 't', '4. the cluster map changed: the signal reaches p1 on shard a');
+is(routed("SELECT status FROM gd_await($moving, '10s', 'terminal')"), 'done', 'and the instance ran on to its end there');
+my $key1b = key_on(1, 'moved');
+my $after_move = routed("SELECT gd_insert('order', correlation_key => '$key1b')");
+ok($after_move % $partitions == 1 && $after_move > $moving, 'a new instance of p1: its id names p1, after the old ones');
+is(routed("SELECT status FROM gd_await($after_move, '10s', 'terminal')"), 'done', 'and it runs on shard a');
 
 # A partition created later (p3 made again, empty) receives the others' definitions and limits.
 routed(q{SELECT gd_set_rate_limit('api', 10, '1 second')});
@@ -279,7 +322,7 @@ is(on_partition(3, q{SELECT (SELECT count(*) FROM gd.steps WHERE fsm = 'order') 
                             (SELECT owner::text FROM gd.fsms WHERE name = 'invoice') || ' granted to ' ||
                             (SELECT string_agg(role::text, ',') FROM gd.grants WHERE fsm = 'invoice')}),
 	'3 steps, rate 10, invoice owned by alice granted to bob', 'p3 has the FSMs\' steps, owners, grants and the limit');
-my ($key3) = grep { routed("SELECT hashtext('$_') & 3") == 3 } map { "late-$_" } 1 .. 64;
+my $key3 = key_on(3, 'late');
 my $late = routed("SELECT gd_insert('order', correlation_key => '$key3')");
 is(routed("SELECT status || ' on p' || ($late % $partitions) FROM gd_await($late, '10s', 'terminal')"), 'done on p3',
 	'an instance keyed to p3 runs there');
