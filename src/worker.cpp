@@ -8,8 +8,9 @@
  *
  * SIGTERM is the usual `die`: the round in hand rolls back (an executor's rows
  * stay runnable, no attempt counted) and the worker exits; so does the
- * postmaster's death, seen between rounds and between steps.  In a deadlock
- * with a user's statement the worker's round is the victim.  SIGHUP reloads the
+ * postmaster's death, seen between rounds and between steps.  Each round holds
+ * the extension's lock, so DROP EXTENSION waits for the round in hand; in a
+ * deadlock with a user's statement the worker's round is the victim.  SIGHUP reloads the
  * settings.  An error outside a step is logged, the round rolled back, and the
  * worker goes on after a pause.  A database without the extension, or with
  * the SQL of another version than this library's (installed, not yet
@@ -22,6 +23,7 @@
 
 extern "C" {
 #include "access/xact.h"
+#include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -29,6 +31,7 @@ extern "C" {
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
@@ -50,7 +53,7 @@ char my_queue[NAMEDATALEN];
 char my_database[NAMEDATALEN];
 char my_description[2 * NAMEDATALEN + 32];
 MemoryContext round_context = nullptr;
-bool extension_ready = false;
+Oid served_extension = InvalidOid; /* the extension whose rounds this worker runs; InvalidOid: none */
 bool reported_missing_extension = false;
 char reported_version[NAMEDATALEN]; /* the other version last reported, "" when none */
 
@@ -60,11 +63,34 @@ int report_level()
     return my_kind == WorkerKind::reaper ? LOG : DEBUG1;
 }
 
+/*
+ * Take the extension's lock for the round; returns its oid, InvalidOid when
+ * the database has none.  DROP EXTENSION locks the extension before any of
+ * its tables, so a round that holds it first finishes before the DROP touches
+ * them, and a round that waits for it finds the extension gone: the two never
+ * deadlock.  An extension this worker does not serve yet (created, or dropped
+ * and created again) may be visible before the statement that made it has
+ * told the caches about its schema: the round first waits for the statements
+ * writing pg_extension to finish.
+ */
+Oid lock_extension()
+{
+    Oid extension = get_extension_oid("gen_durable", true);
+    if (extension != served_extension) {
+        LockRelationOid(ExtensionRelationId, ShareLock);
+        UnlockRelationOid(ExtensionRelationId, ShareLock);
+        extension = get_extension_oid("gen_durable", true);
+    }
+    if (extension == InvalidOid)
+        return InvalidOid;
+    LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
+    /* Dropped while the round waited? */
+    return get_extension_oid("gen_durable", true) == extension ? extension : InvalidOid;
+}
+
 /* The version of the extension's SQL in this database (in the round's memory), or nullptr without it. */
 const char *installed_version()
 {
-    if (get_extension_oid("gen_durable", true) == InvalidOid)
-        return nullptr;
     if (SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'gen_durable'", true, 1) !=
             SPI_OK_SELECT ||
         SPI_processed != 1)
@@ -89,9 +115,10 @@ bool version_mismatch(const char *version)
     return true;
 }
 
-bool check_extension()
+/* Whether this library serves the extension (InvalidOid: none); reports what changed. */
+bool check_extension(Oid extension)
 {
-    const char *version = installed_version();
+    const char *version = extension != InvalidOid ? installed_version() : nullptr;
     if (version != nullptr) {
         if (version_mismatch(version))
             return false;
@@ -144,8 +171,10 @@ long run_round()
     MemoryContextSwitchTo(round_context);
 
     long sleep_ms = MISSING_EXTENSION_RECHECK_MS;
-    if (!extension_ready)
-        extension_ready = check_extension();
+    Oid extension = lock_extension();
+    if (extension == InvalidOid || extension != served_extension)
+        served_extension = check_extension(extension) ? extension : InvalidOid;
+    bool extension_ready = served_extension != InvalidOid;
     if (extension_ready)
         count_crashed_steps_if_due();
     if (extension_ready) {
@@ -180,7 +209,7 @@ void recover_from_error()
     MemoryContextSwitchTo(TopMemoryContext);
     FlushErrorState();
     RESUME_INTERRUPTS();
-    extension_ready = false;
+    served_extension = InvalidOid; /* checked again next round */
     gd_worker_set_activity(my_slot, 0);
     pgstat_report_activity(STATE_IDLE, nullptr);
 }
@@ -253,9 +282,9 @@ GD_WORKER_ENTRY(gd_worker_main)
                  my_kind == WorkerKind::reaper ? "reaper" : "garbage collector");
 
     BackgroundWorkerInitializeConnection(my_database, nullptr, 0);
-    /* In a deadlock with a user's statement (DROP EXTENSION under a running
-     * round, say) the engine gives way: it looks for the deadlock first, and
-     * its round is rolled back and retried instead of the user's statement. */
+    /* In a deadlock with a user's statement the engine gives way: it looks
+     * for the deadlock first, and its round is rolled back and retried instead
+     * of the user's statement. */
     SetConfigOption("deadlock_timeout", "100ms", PGC_SUSET, PGC_S_OVERRIDE);
     gd_worker_attach(my_slot);
     pgstat_report_appname(psprintf("gen_durable %s", my_description));
