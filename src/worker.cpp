@@ -35,8 +35,10 @@ extern "C" {
 #include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 #include "utils/wait_event.h"
 }
@@ -63,18 +65,34 @@ int report_level()
     return my_kind == WorkerKind::reaper ? LOG : DEBUG1;
 }
 
+/* Set by a change to any schema: DROP EXTENSION drops schema gd with it. */
+bool schemas_changed = true;
+
+void note_schema_change(Datum, int, uint32)
+{
+    schemas_changed = true;
+}
+
 /*
  * Take the extension's lock for the round; returns its oid, InvalidOid when
  * the database has none.  DROP EXTENSION locks the extension before any of
  * its tables, so a round that holds it first finishes before the DROP touches
  * them, and a round that waits for it finds the extension gone: the two never
- * deadlock.  An extension this worker does not serve yet (created, or dropped
- * and created again) may be visible before the statement that made it has
- * told the caches about its schema: the round first waits for the statements
+ * deadlock.  The extension served so far is looked up again only when a
+ * schema changed: a DROP tells the caches so before it lets go of the lock.
+ * An extension this worker does not serve yet (created, or dropped and
+ * created again) may be visible before the statement that made it has told
+ * the caches about its schema: the round first waits for the statements
  * writing pg_extension to finish.
  */
 Oid lock_extension()
 {
+    if (served_extension != InvalidOid) {
+        LockDatabaseObject(ExtensionRelationId, served_extension, 0, AccessShareLock);
+        if (!schemas_changed)
+            return served_extension;
+    }
+    schemas_changed = false;
     Oid extension = get_extension_oid("gen_durable", true);
     if (extension != served_extension) {
         LockRelationOid(ExtensionRelationId, ShareLock);
@@ -286,6 +304,7 @@ GD_WORKER_ENTRY(gd_worker_main)
      * for the deadlock first, and its round is rolled back and retried instead
      * of the user's statement. */
     SetConfigOption("deadlock_timeout", "100ms", PGC_SUSET, PGC_S_OVERRIDE);
+    CacheRegisterSyscacheCallback(NAMESPACEOID, note_schema_change, 0);
     gd_worker_attach(my_slot);
     pgstat_report_appname(psprintf("gen_durable %s", my_description));
     round_context = AllocSetContextCreate(TopMemoryContext, "gen_durable round", ALLOCSET_DEFAULT_SIZES);
