@@ -33,7 +33,8 @@
 #  - TAP tests configure their own nodes (shared_preload_libraries etc.).
 #
 # Env knobs: GD_KEEP_WORK=1 keeps the scratch dir even on success;
-# GD_SUITE_TIMEOUT (seconds per suite, default 180).
+# GD_SUITE_TIMEOUT (seconds per pg_regress or isolation suite, default 180),
+# GD_TAP_SUITE_TIMEOUT (seconds for the TAP suite, default 900).
 set -euo pipefail
 
 # shellcheck source=bootstrap.sh
@@ -42,7 +43,7 @@ ROOT=$GD_ROOT
 PGXS=$GD_PGXS_DIR
 SUITE_TIMEOUT=${GD_SUITE_TIMEOUT:-180}
 # The TAP suite starts a cluster per file (crash, standby, load tests): it gets longer.
-TAP_SUITE_TIMEOUT=${GD_TAP_SUITE_TIMEOUT:-420}
+TAP_SUITE_TIMEOUT=${GD_TAP_SUITE_TIMEOUT:-900}
 DIFF_LIMIT=20000
 
 PASSED=0

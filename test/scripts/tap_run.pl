@@ -4,12 +4,15 @@
 #
 #   perl tap_run.pl COUNTS_FILE LIBDIR... -- t/001_x.pl t/002_y.pl ...
 #
-# Prints prove's usual per-file progress and failure details, then writes one
-# line per test file to COUNTS_FILE:  "<passed> <failed> <file>"
+# Prints prove's usual per-file progress and failure details, and appends one
+# line per test file to COUNTS_FILE as soon as the file ends (so a suite
+# stopped by its time limit still counts the files that finished):
+#   "<passed> <failed> <file>"
 #   passed  assertions that are ok (a failing TODO test counts as ok, as in prove)
 #   failed  assertions that are not ok, plus 1 when the file itself has a
 #           problem no assertion shows (died, bad exit code, plan mismatch,
 #           parse errors), so a crashed test can never count as clean.
+#           A file without a line never finished: check.sh counts 1 failure.
 use strict;
 use warnings;
 use TAP::Harness;
@@ -34,20 +37,16 @@ my $harness = TAP::Harness->new(
 		color    => 0,
 		merge    => 0,
 	});
-my $agg = $harness->runtests(@files);
-
 open my $out, '>', $counts_file or die "cannot write $counts_file: $!\n";
-for my $file (@files)
-{
-	my ($parser) = $agg->parsers($file);
-	my ($passed, $failed) = (0, 1);    # no parser at all: count the file as one failure
-	if ($parser)
-	{
-		$passed = scalar(my @p = $parser->passed);
-		$failed = scalar(my @f = $parser->failed);
+$out->autoflush(1);
+$harness->callback(
+	after_test => sub {
+		my ($job, $parser) = @_;
+		my $passed = scalar(my @p = $parser->passed);
+		my $failed = scalar(my @f = $parser->failed);
 		$failed += 1 if $failed == 0 && $parser->has_problems;
-	}
-	print $out "$passed $failed $file\n";
-}
+		print $out "$passed $failed $job->[0]\n";
+	});
+my $agg = $harness->runtests(@files);
 close $out;
 exit($agg->all_passed ? 0 : 1);
