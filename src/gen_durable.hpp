@@ -156,9 +156,16 @@ Oid gd_api_caller();
  */
 int gd_pin_search_path();
 
+/* ---- utility statements (utility_hook.cpp) ------------------------------- */
+
+void gd_install_utility_hook();
+
 /* ---- background workers ------------------------------------------------- */
 
 void gd_register_launcher();   /* launcher.cpp */
+
+/* The kind of engine worker this process is (worker.cpp); WorkerKind::free in any other process. */
+WorkerKind gd_my_worker_kind();
 
 /* Exit at once if the postmaster died (worker.cpp): called between rounds and between steps. */
 void gd_exit_if_postmaster_died();

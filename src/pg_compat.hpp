@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "postgres.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_proc.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -35,5 +36,15 @@ inline bool gd_may_execute_function(Oid function, Oid role)
     return object_aclcheck(ProcedureRelationId, function, role, ACL_EXECUTE) == ACLCHECK_OK;
 #else
     return pg_proc_aclcheck(function, role, ACL_EXECUTE) == ACLCHECK_OK;
+#endif
+}
+
+/* Does `role` own the extension (or is it a superuser)?  (16 replaced the per-catalog owner checks with object_ownercheck.) */
+inline bool gd_owns_extension(Oid extension, Oid role)
+{
+#if PG_VERSION_NUM >= 160000
+    return object_ownercheck(ExtensionRelationId, extension, role);
+#else
+    return pg_extension_ownercheck(extension, role);
 #endif
 }

@@ -178,9 +178,17 @@ void count_crashed_steps_if_due()
         gd_open_step_note(static_cast<int>(my_slot - gd_shared->workers));
 }
 
+/* Whatever the round logs (a lock wait it could not avoid, say) names the worker. */
+void round_error_context(void *)
+{
+    errcontext("gen_durable %s in database \"%s\"", my_description, my_database);
+}
+
 /* One transaction's worth of work; returns how long to sleep before the next (0: don't). */
 long run_round()
 {
+    ErrorContextCallback round_context_callback{error_context_stack, round_error_context, nullptr};
+    error_context_stack = &round_context_callback;
     MemoryContextReset(round_context);
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
@@ -213,6 +221,7 @@ long run_round()
         pg_atomic_write_u32(&my_slot->served, 1); /* it works: if it is stopped now, start it again at once */
     gd_worker_set_activity(my_slot, 0);
     pgstat_report_activity(STATE_IDLE, nullptr);
+    error_context_stack = round_context_callback.previous;
     return sleep_ms;
 }
 
@@ -274,6 +283,11 @@ void log_stop(int, Datum)
 
 } // namespace
 
+WorkerKind gd_my_worker_kind()
+{
+    return my_kind;
+}
+
 void gd_exit_if_postmaster_died()
 {
     if (!PostmasterIsAlive())
@@ -304,6 +318,9 @@ GD_WORKER_ENTRY(gd_worker_main)
      * for the deadlock first, and its round is rolled back and retried instead
      * of the user's statement. */
     SetConfigOption("deadlock_timeout", "100ms", PGC_SUSET, PGC_S_OVERRIDE);
+    /* No wait of the engine's is silent: one that outlasts deadlock_timeout is
+     * logged with what it waits for and which processes hold it. */
+    SetConfigOption("log_lock_waits", "on", PGC_SUSET, PGC_S_OVERRIDE);
     CacheRegisterSyscacheCallback(NAMESPACEOID, note_schema_change, 0);
     gd_worker_attach(my_slot);
     pgstat_report_appname(psprintf("gen_durable %s", my_description));

@@ -6,6 +6,10 @@
 -- gd_define_step's options ({"reserve": {"handler": "shop.reserve(jsonb, gd.context)",
 -- "max_attempts": 5}, "charge": {}}: a step without a handler is external).
 -- history: each finished step of the version's instances is kept in gd.step_history.
+-- One definition of a name at a time: an engine lock no role can take from SQL (src/engine_locks.cpp).
+CREATE OR REPLACE FUNCTION gd._lock_fsm_name(name text) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_lock_fsm_name';
+
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
                                           version int DEFAULT 1, state_defaults jsonb DEFAULT '{}',
                                           steps jsonb DEFAULT NULL, history boolean DEFAULT false)
@@ -38,7 +42,7 @@ BEGIN
     -- One definition of a name at a time, so two roles cannot both take a new
     -- name (checked before too: a refused caller takes no lock).
     PERFORM gd._check_owns(caller, fsm_name);
-    PERFORM pg_advisory_xact_lock(hashtextextended('gen_durable FSM ' || fsm_name, 0));
+    PERFORM gd._lock_fsm_name(fsm_name);
     PERFORM gd._check_owns(caller, fsm_name);
     owner := gd._fsm_owner(fsm_name);
     IF owner IS NULL THEN

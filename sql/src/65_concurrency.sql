@@ -10,7 +10,7 @@
 -- owner's instances holding the key count together.  The others are
 -- "gated": runnable, but out of the pick indexes, so a key with a million
 -- waiting rows costs a pick nothing.  Admission and release under one key
--- are serialised by a transaction-scoped advisory lock on it, so the count
+-- are serialised by a transaction-scoped engine lock on it, so the count
 -- is exact; the state is the rows themselves, so a crash or an expired
 -- lease cannot leave a slot taken.
 
@@ -47,26 +47,23 @@ BEGIN
 END $$;
 
 -- Serialise admission and release under one key, in one owner's key space
--- (or in all of them for a shared limit), until the transaction ends.
-CREATE OR REPLACE FUNCTION gd._lock_key(key_owner oid, key text, shared boolean) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    lock_id bigint := hashtextextended('gen_durable concurrency key '
-                                       || CASE WHEN shared THEN '' ELSE key_owner::text || '/' END || key, 0);
-BEGIN
-    IF NOT pg_try_advisory_xact_lock(lock_id) THEN
-        PERFORM gd._count('concurrency_contended'), gd._count_limit('concurrency', key, 0, 0, 0, 1);
-        PERFORM pg_advisory_xact_lock(lock_id);
-    END IF;
-END $$;
+-- (or in all of them for a shared limit), until the transaction ends: an
+-- engine lock no role can take from SQL (src/engine_locks.cpp).  False in an
+-- engine worker when another transaction holds it (the worker does not wait:
+-- the reaper's repair makes the room later).
+CREATE OR REPLACE FUNCTION gd._lock_key(key_owner oid, key text, shared boolean) RETURNS boolean
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_lock_key';
 
--- How many more instances of key_owner may run under the key now (locks the key).
+-- How many more instances of key_owner may run under the key now (locks the
+-- key; none when an engine worker could not lock it).
 CREATE OR REPLACE FUNCTION gd._key_room(key_owner oid, key text) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     policy gd._concurrency_limits := gd._key_limit(key);
 BEGIN
-    PERFORM gd._lock_key(key_owner, key, policy.shared);
+    IF NOT gd._lock_key(key_owner, key, policy.shared) THEN
+        RETURN 0;
+    END IF;
     RETURN policy.max - gd._key_running(key_owner, key, policy.shared);
 END $$;
 
