@@ -14,6 +14,10 @@
  * again (its attempt is retried).  Sessions wait, as for any lock, under
  * their own lock_timeout and statement_timeout.  pg_locks shows the locks as
  * locktype 'advisory' with objsubid the class (docs/internals.md).
+ *
+ * Here too the bound on the waits an engine worker cannot avoid but a
+ * tenant's open transaction could make long (a tick's or a child's
+ * correlation key that transaction is inserting): gd_bound_lock_waits.
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
@@ -24,6 +28,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 }
 
 namespace {
@@ -98,4 +103,13 @@ GD_SQL_FUNCTION(gd_lock_fsm_name)
                         errhint("An engine worker does not wait for it: the step is tried again.")));
     wait_for_lock(tag);
     PG_RETURN_VOID();
+}
+
+int gd_bound_lock_waits(int timeout_ms)
+{
+    int nest_level = NewGUCNestLevel();
+    char value[32];
+    snprintf(value, sizeof(value), "%dms", timeout_ms);
+    (void) set_config_option("lock_timeout", value, PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+    return nest_level;
 }

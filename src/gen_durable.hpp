@@ -156,6 +156,18 @@ Oid gd_api_caller();
  */
 int gd_pin_search_path();
 
+/* ---- the engine's locks (engine_locks.cpp) ------------------------------ */
+
+/*
+ * A new GUC nest level whose lock waits give up (55P03) after timeout_ms:
+ * for the engine's statements that a tenant's open transaction could hold
+ * back.  The caller ends it with AtEOXact_GUC(true, level) (an error's
+ * (sub)transaction abort ends it too).
+ */
+int gd_bound_lock_waits(int timeout_ms);
+/* How long an engine worker waits for a lock a tenant's transaction holds, where it must wait at all. */
+constexpr int GD_TENANT_LOCK_WAIT_MS = 1000;
+
 /* ---- utility statements (utility_hook.cpp) ------------------------------- */
 
 void gd_install_utility_hook();

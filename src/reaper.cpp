@@ -16,6 +16,7 @@ extern "C" {
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 }
 
@@ -44,7 +45,7 @@ int fire_due_ticks(TimestampTz serving_since, int batch, bool carefully)
  * fast way first, in a subtransaction: if a tick raised there, the batch is
  * rolled back and fired again carefully, the tick skipped with its error.
  */
-bool fire_schedules()
+bool fire_ticks()
 {
     /* Ticks before this reaper began were missed while none served the database: catch_up decides. */
     static TimestampTz serving_since = GetCurrentTimestamp();
@@ -76,6 +77,16 @@ bool fire_schedules()
     if (raised)
         return fire_due_ticks(serving_since, SCHEDULES_PER_CAREFUL_ROUND, true) == SCHEDULES_PER_CAREFUL_ROUND;
     return fired == SCHEDULES_PER_ROUND;
+}
+
+/* fire_ticks, waiting for a tick's correlation key that an open transaction is
+ * inserting only so long: the tick is skipped then, and the round goes on. */
+bool fire_schedules()
+{
+    int nest_level = gd_bound_lock_waits(GD_TENANT_LOCK_WAIT_MS);
+    bool more = fire_ticks();
+    AtEOXact_GUC(true, nest_level);
+    return more;
 }
 
 /* Waits whose deadline passed resume with ctx.timed_out; returns how many. */

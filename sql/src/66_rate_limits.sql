@@ -58,6 +58,18 @@ RETURNS void LANGUAGE sql AS $$
     ON CONFLICT DO NOTHING
 $$;
 
+-- The same for a picker (an executor, a claim), which may not wait for an
+-- open transaction that is making that bucket: it tries again next round.
+-- False when it would have to wait.
+CREATE OR REPLACE FUNCTION gd._mint_bucket_unless_busy(scope regrole, key text, burst int, at timestamptz)
+RETURNS boolean LANGUAGE plpgsql SET lock_timeout = '100ms' AS $$
+BEGIN
+    PERFORM gd._mint_bucket(scope, key, burst, at);
+    RETURN true;
+EXCEPTION WHEN lock_not_available THEN
+    RETURN false;
+END $$;
+
 -- Validate an insert's rate limit and weight, and make its owner's bucket.
 CREATE OR REPLACE FUNCTION gd._check_rate_limit(bucket_owner oid, key text, weight int) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -121,7 +133,14 @@ BEGIN
          WHERE b.scope = gd._bucket_scope(bucket_owner, policy) AND b.key = bucket_key FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             -- gone (GC) or never made (a step's limit, or a shared one): a full one
-            PERFORM gd._mint_bucket(gd._bucket_scope(bucket_owner, policy), bucket_key, policy.burst, at);
+            IF NOT gd._mint_bucket_unless_busy(gd._bucket_scope(bucket_owner, policy), bucket_key, policy.burst, at)
+            THEN
+                -- an open transaction is making it: look again in a second
+                PERFORM gd._count('rate_limit_contended'), gd._count_limit('rate_limit', bucket_key, 0, 0, 0, 1);
+                admitted := false;
+                not_before := at + interval '1 second';
+                RETURN;
+            END IF;
             SELECT * INTO bucket FROM gd._rate_buckets b
              WHERE b.scope = gd._bucket_scope(bucket_owner, policy) AND b.key = bucket_key FOR UPDATE SKIP LOCKED;
             IF NOT FOUND THEN

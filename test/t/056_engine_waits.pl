@@ -133,6 +133,60 @@ $bob->query_safe('SELECT pg_advisory_unlock_all()');
 	ok(wait_status($gated, 'done'), 'once bob commits, his instance that waited under k runs (the reaper\'s repair)');
 }
 
+# ------------------------------------------------ keys the engine must insert, held open
+{
+	# A schedule's next ticks: alice's open transaction inserts their correlation keys.
+	as_role('alice', q{SELECT gd_schedule('held', '* * * * * *', 'alice_fsm')});
+	my $keys = superuser(q{
+		SELECT string_agg(quote_literal(format('schedule:held:%s', gd._tick_text(t))), ',')
+		  FROM gd._schedules s, gd_cron_ticks(s.cron, s.time_zone, s.next_run_at + interval '1 second', 4) t
+		 WHERE s.name = 'held'});
+	$alice_open->query_safe("BEGIN; SELECT gd_insert('alice_fsm', correlation_key => k, schedule_in => '1 hour')
+	                           FROM unnest(ARRAY[$keys]) k");
+	my $waiting = as_role('bob', q{SELECT gd_insert('bob_fsm', step => 'wait')});
+	ok(wait_status($waiting, 'done'), 'bob\'s timed wait ends while alice holds her next ticks\' keys');
+	ok($node->poll_query_until('postgres', q{SELECT skipped >= 1 AND last_error LIKE '%lock timeout%'
+	                                           FROM gd.schedules WHERE name = 'held'}),
+		'the reaper skips a tick whose key an open transaction holds, and says why');
+	$alice_open->query_safe('ROLLBACK');
+	as_role('alice', q{SELECT gd_unschedule('held')});
+
+	# Children whose correlation keys bob's open transaction inserts.
+	as_role('bob', q{
+		CREATE FUNCTION bob.spawner(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF ctx.step = 'joined' THEN RETURN gd_done(); END IF;
+		    RETURN gd_spawn(jsonb_build_array(jsonb_build_object('fsm', 'bob_fsm', 'correlation_key', state->>'child')),
+		                    then_step => 'joined');
+		END $$;
+		SELECT gd_define_fsm('bob_spawner', 'spawn', steps => '{"spawn": {"handler": "bob.spawner(jsonb, gd.context)", "max_attempts": 50},
+		                                                      "joined": {"handler": "bob.spawner(jsonb, gd.context)"}}')});
+	$bob->query_safe(q{BEGIN; SELECT gd_insert('bob_fsm', correlation_key => c, schedule_in => '1 hour')
+	                    FROM unnest(ARRAY['child-1', 'child-2']) c});
+	my $spawners = as_role('bob', q{SELECT string_agg(gd_insert('bob_spawner', jsonb_build_object('child', c))::text, ',')
+	                                  FROM unnest(ARRAY['child-1', 'child-2']) c});
+	ok($node->poll_query_until('postgres', "SELECT bool_and(error->>'sqlstate' = '55P03') FROM gd._instances WHERE id IN ($spawners)"),
+		'a spawn whose child\'s key an open transaction holds fails its attempt (55P03)');
+	my $plain = as_role('alice', q{SELECT string_agg(gd_insert('alice_fsm')::text, ',') FROM generate_series(1, 5)});
+	ok(wait_status($plain, 'done'), 'and both executors go on with alice\'s steps');
+	$bob->query_safe('ROLLBACK');
+	ok(wait_status($spawners, 'done'), 'once bob lets go, the spawns are tried again and succeed');
+
+	# A rate limit bucket alice's open transaction is making, which her step's limit needs too.
+	superuser(q{SELECT gd_set_rate_limit('api', 100, '1 second')});
+	as_role('alice', q{SELECT gd_define_fsm('alice_limited', 'run',
+		steps => '{"run": {"handler": "alice.h(jsonb, gd.context)", "rate_limit": "api"}}')});
+	$alice_open->query_safe(q{BEGIN; SELECT gd_insert('alice_fsm', rate_limit => 'api', schedule_in => '1 hour')});
+	my $limited = as_role('alice', q{SELECT string_agg(gd_insert('alice_limited')::text, ',') FROM generate_series(1, 2)});
+	sleep 1;
+	my $bobs = as_role('bob', q{SELECT string_agg(gd_insert('bob_fsm')::text, ',') FROM generate_series(1, 5)});
+	ok(wait_status($bobs, 'done'), 'bob\'s steps run while alice\'s open transaction makes a bucket her steps need');
+	is(superuser("SELECT count(*) FROM gd._instances WHERE id IN ($limited) AND status = 'done'"), '0',
+		'hers wait for it');
+	$alice_open->query_safe('COMMIT');
+	ok(wait_status($limited, 'done'), 'and run once it is made');
+}
+
 # ------------------------------------------------ bob asks to drop the extension
 {
 	my $slow = as_role('bob', q{SELECT gd_insert('bob_slow', '{"sleep": 4}')});
