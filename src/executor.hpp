@@ -271,6 +271,9 @@ Datum gd_error_json(const ErrorData *edata, const PickedInstance &row);
 
 /* Calling a handler (handler_call.cpp): look up the types a call needs, once per batch. */
 void gd_prepare_handler_calls();
+/* A new GUC nest level with the search_path handlers run with; the caller
+ * ends it with AtEOXact_GUC(true, level). */
+int gd_use_handler_search_path();
 /* The gd.context a step of the row sees, running on `queue` (after gd_prepare_handler_calls). */
 Datum gd_context(const PickedInstance &row, const char *queue);
 /*

@@ -9,6 +9,12 @@
  * may execute (42501, a failed attempt: it may be granted again).  The call runs
  *   - as the owner, under SECURITY_RESTRICTED_OPERATION: no SET ROLE, no
  *     temporary table or type, no LISTEN, PREPARE or cursor WITH HOLD;
+ *   - with search_path pinned to pg_catalog, the API's schema and pg_temp
+ *     (for the batch, gd_use_handler_search_path): gd_*, gd.* and operators resolve
+ *     to PostgreSQL's and the extension's objects, never to a schema another
+ *     role created (a schema named after the owner, say, which "$user"
+ *     would find); the handler's own names are its author's to qualify, or
+ *     to pin with the function's own SET search_path;
  *   - inside a GUC nest level that is rolled back when it returns (or by the
  *     subtransaction's abort when it raises): no setting outlives the step;
  *   - with every constraint checked when its statement ends (as after SET
@@ -31,7 +37,11 @@
 #include "pg_compat.hpp"
 
 extern "C" {
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -43,6 +53,7 @@ extern "C" {
 #include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
@@ -116,19 +127,38 @@ void check_executable(const PickedInstance &row, const StepDefinition &def)
                                GetUserNameFromId(def.owner, true), row.fsm, format_procedure(def.handler))));
 }
 
-/* Handlers see the server's default search_path, whatever the calling
- * session set (gd._execute's caller, the pinned path of gd_drain's door); an
- * engine worker's session never sets one. */
-void use_default_search_path()
+/* "pg_catalog, <the API's schema>, pg_temp" (temporary relations and types last, not first): the
+ * search_path handlers run with (made per batch, in TopMemoryContext). */
+char *handler_search_path = nullptr;
+
+/* The schema CREATE EXTENSION put the API (gd_*) in. */
+Oid api_schema()
 {
-    if (IsBackgroundWorker)
-        return;
-    const char *server_default = GetConfigOptionResetString("search_path");
-    if (strcmp(namespace_search_path, server_default) != 0)
-        (void) set_config_option("search_path", server_default, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
-                                 false);
+    ScanKeyData key;
+    ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ, CStringGetDatum("gen_durable"));
+    Relation extensions = table_open(ExtensionRelationId, AccessShareLock);
+    SysScanDesc scan = systable_beginscan(extensions, ExtensionNameIndexId, true, nullptr, 1, &key);
+    HeapTuple tuple = systable_getnext(scan);
+    Oid schema = HeapTupleIsValid(tuple) ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extnamespace
+                                         : InvalidOid;
+    systable_endscan(scan);
+    table_close(extensions, AccessShareLock);
+    if (!OidIsValid(schema))
+        elog(ERROR, "gen_durable: the extension is not installed in this database");
+    return schema;
 }
 
+void make_handler_search_path()
+{
+    char *schema = get_namespace_name(api_schema());
+    if (schema == nullptr)
+        elog(ERROR, "gen_durable: the schema of the extension's API is gone");
+    MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+    if (handler_search_path != nullptr)
+        pfree(handler_search_path);
+    handler_search_path = psprintf("pg_catalog, %s, pg_temp", quote_identifier(schema));
+    MemoryContextSwitchTo(old);
+}
 
 /* SET CONSTRAINTS ALL IMMEDIATE: what an earlier handler of the round deferred is not deferred here. */
 void check_constraints_immediately()
@@ -154,6 +184,15 @@ void refuse_temporary_objects(const PickedInstance &row)
 }
 
 } // namespace
+
+int gd_use_handler_search_path()
+{
+    make_handler_search_path(); /* the extension may have been made again elsewhere */
+    int nest_level = NewGUCNestLevel();
+    (void) set_config_option("search_path", handler_search_path, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
+                             0, false);
+    return nest_level;
+}
 
 void gd_prepare_handler_calls()
 {
@@ -224,7 +263,6 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
     int engine_context;
     GetUserIdAndSecContext(&engine_user, &engine_context);
     int nest_level = NewGUCNestLevel();
-    use_default_search_path();
     SetUserIdAndSecContext(def.owner,
                            engine_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
     check_constraints_immediately();

@@ -245,6 +245,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     if (slot != nullptr)
         pg_atomic_write_u64(&slot->cancel_step, 0); /* a gd_cancel of an earlier round's step is done with */
     gd_prepare_handler_calls();
+    int search_path_level = gd_use_handler_search_path();
     int demand = Max(limit, 1);
     Round &round = *static_cast<Round *>(palloc0(sizeof(Round)));
     round.queue = queue;
@@ -278,6 +279,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     }
     gd_flush_transitions(round.written);
     gd_release_concurrency_keys();
+    AtEOXact_GUC(true, search_path_level);
     if (slot != nullptr)
         gd_note_round(slot, 0, 0);
     return ran;

@@ -51,9 +51,13 @@ CREATE TABLE IF NOT EXISTS gd._steps (
 );
 
 -- Roles an FSM's owner lets use its instances (gd_grant), and their members.
+-- What finds instances without naming their FSM (a signal by correlation
+-- key, a claim without a list of FSMs) looks in a grant only once the
+-- grantee accepted it (gd_accept_grant).
 CREATE TABLE IF NOT EXISTS gd._grants (
-    fsm  text NOT NULL,
-    role regrole NOT NULL,
+    fsm      text NOT NULL,
+    role     regrole NOT NULL,
+    accepted boolean NOT NULL DEFAULT false,
     PRIMARY KEY (fsm, role)
 );
 

@@ -87,6 +87,25 @@ LANGUAGE sql STABLE AS $$
         OR EXISTS (SELECT FROM gd._grants g WHERE g.fsm = fsm_name AND pg_has_role(caller, g.role, 'MEMBER'))
 $$;
 
+-- The roles whose key spaces are the caller's own, for what resolves without
+-- naming an FSM (a signal by correlation key, a claim without a list of
+-- FSMs): the roles it is a member of.  NULL for a superuser: every role's.
+CREATE OR REPLACE FUNCTION gd._own_roles(caller oid) RETURNS oid[]
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller)
+                THEN ARRAY(SELECT r.oid FROM pg_roles r WHERE pg_has_role(caller, r.oid, 'MEMBER')) END
+$$;
+
+-- The FSMs whose instances a role finds without naming them: those owned by
+-- its own roles (gd._own_roles), and those granted to one of them and accepted.
+CREATE OR REPLACE FUNCTION gd._implicit_fsms(own_roles oid[]) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT ARRAY(SELECT f.name FROM gd._fsms f WHERE f.owner = ANY (own_roles)
+                 UNION
+                 SELECT g.fsm FROM gd._grants g WHERE g.accepted AND g.role = ANY (own_roles)
+                 ORDER BY 1)
+$$;
+
 -- The owner of an FSM (of all its versions), or NULL for a new name.
 CREATE OR REPLACE FUNCTION gd._fsm_owner(fsm_name text) RETURNS oid
 LANGUAGE sql STABLE AS $$

@@ -27,6 +27,12 @@ BEGIN
     PERFORM gd._check_json(state, 'object', format('state of a %L instance must be a JSON object', fsm));
     first_step := coalesce(step, fsm_row.initial_step);
     first := gd._step(fsm_row.name, fsm_row.version, first_step);
+    IF first_step <> fsm_row.initial_step AND NOT pg_has_role(caller, fsm_row.owner, 'MEMBER') THEN
+        -- A grant lets a role start the FSM, not enter it past the steps its owner put first.
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('gen_durable: only the owner of FSM %L starts it at step %L', fsm_row.name, first_step),
+            HINT = format('Start it at its initial step, %L.', fsm_row.initial_step);
+    END IF;
     IF queue IS NULL THEN
         queue := fsm_row.queue;   -- registered when the FSM was defined
     ELSIF queue <> fsm_row.queue THEN

@@ -93,17 +93,25 @@ RETURNS boolean
 LANGUAGE sql AS $$ SELECT gd._deliver_signal(gd._caller(), target, name, payload, dedup_key, missing_ok) $$;
 
 -- Signal by correlation key: the instance holding the key in its scope, in
--- the key spaces of the owners whose instances the caller may use.
+-- the caller's own key spaces (gd._own_roles) or, when none holds it there,
+-- in those of the FSMs granted to it that it accepted: a grant it did not
+-- accept never redirects its signals to another role's instance.
 CREATE OR REPLACE FUNCTION gd._signal(target text, name text, payload jsonb, dedup_key text, missing_ok boolean)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_variable
 DECLARE
     caller oid := gd._caller();
+    own oid[] := gd._own_roles(caller);
     holders bigint[];
 BEGIN
     SELECT array_agg(i.id ORDER BY i.id) INTO holders FROM gd._instances i
      WHERE i.correlation_key = target AND i.status = ANY (i.correlation_scope)
-       AND gd._may_use_instance(caller, i.owner, i.fsm);
+       AND (own IS NULL OR i.owner = ANY (own));
+    IF holders IS NULL AND own IS NOT NULL THEN
+        SELECT array_agg(i.id ORDER BY i.id) INTO holders FROM gd._instances i
+         WHERE i.correlation_key = target AND i.status = ANY (i.correlation_scope)
+           AND i.fsm IN (SELECT g.fsm FROM gd._grants g WHERE g.accepted AND g.role = ANY (own));
+    END IF;
     IF holders IS NULL AND missing_ok THEN
         RETURN NULL;
     END IF;

@@ -94,13 +94,15 @@ END $$;
 -- Claim up to `max` runnable external steps of a queue, best first (priority,
 -- then eligibility, then id), skipping rows other claimers hold.  They are
 -- `executing` under a lease of `lease` (default gen_durable.lease) when the
--- caller commits.  A paused queue yields nothing.
-CREATE OR REPLACE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL)
+-- caller commits.  A paused queue yields nothing.  `fsms`: only steps of
+-- these FSMs (a worker names those it has handlers for); without it, those
+-- of the caller's own FSMs and of the grants it accepted.
+CREATE OR REPLACE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL,
+                                                fsms text[] DEFAULT NULL)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
--- Only steps of FSMs the caller may use are claimed.
-CREATE OR REPLACE FUNCTION gd._claim(queue text, worker text, max int, lease interval)
+CREATE OR REPLACE FUNCTION gd._claim(queue text, worker text, max int, lease interval, fsms text[])
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -109,7 +111,8 @@ DECLARE
     claim_worker text := _claim.worker;
     claim_max int := _claim.max;
     lease_length interval := gd._check_lease(coalesce(_claim.lease, gd._default_lease()), 'lease');
-    usable text[];   -- the FSMs the caller may use; NULL: all (a superuser)
+    usable text[];   -- the FSMs claimed from; NULL: all (a superuser's claim without fsms)
+    named text;
 BEGIN
     PERFORM gd._known_queue(claim_queue);
     IF claim_worker IS NULL OR claim_worker = '' THEN
@@ -118,9 +121,17 @@ BEGIN
     IF claim_max IS NULL OR claim_max < 1 OR claim_max > 1000 THEN
         PERFORM gd._bad_argument(format('max must be between 1 and 1000, got %s', coalesce(claim_max::text, 'NULL')));
     END IF;
-    IF NOT (SELECT r.rolsuper FROM pg_roles r WHERE r.oid = caller) THEN
-        -- (Sorted: the set names the claim frontier these claims share, src/picker.cpp.)
-        usable := ARRAY(SELECT DISTINCT f.name FROM gd._fsms f WHERE gd._may_use(caller, f.name) ORDER BY 1);
+    -- (Sorted: the set names the claim frontier these claims share, src/picker.cpp.)
+    IF fsms IS NOT NULL THEN
+        FOREACH named IN ARRAY fsms LOOP
+            IF named IS NULL THEN
+                PERFORM gd._bad_argument('fsms must name FSMs, got a NULL');
+            END IF;
+            PERFORM gd._check_may_use(caller, named);
+        END LOOP;
+        usable := ARRAY(SELECT DISTINCT f FROM unnest(fsms) f ORDER BY 1);
+    ELSIF gd._own_roles(caller) IS NOT NULL THEN
+        usable := gd._implicit_fsms(gd._own_roles(caller));
     END IF;
     RETURN QUERY SELECT * FROM gd._claim_steps(claim_queue, claim_worker, claim_max, lease_length, usable);
 END $$;

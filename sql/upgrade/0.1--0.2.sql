@@ -89,6 +89,11 @@ ALTER TABLE gd._rate_buckets ADD COLUMN scope regrole NOT NULL, DROP CONSTRAINT 
 -- Steps may run on queues of their own.
 ALTER TABLE gd._steps ADD COLUMN queue text REFERENCES gd._queues;
 
+-- Grants take effect on what resolves without naming the FSM once the
+-- grantee accepts them; those made under 0.1 keep the effect they had.
+ALTER TABLE gd._grants ADD COLUMN accepted boolean NOT NULL DEFAULT true;
+ALTER TABLE gd._grants ALTER COLUMN accepted SET DEFAULT false;
+
 -- FSM versions may keep a step history; handlers see their instance's trace context.
 ALTER TABLE gd._fsms ADD COLUMN history boolean NOT NULL DEFAULT false;
 ALTER TYPE gd.context ADD ATTRIBUTE trace_context text;

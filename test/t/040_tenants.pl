@@ -88,7 +88,7 @@ BEGIN
     END;
     INSERT INTO alice.runs VALUES (ctx.id, started, clock_timestamp());
     RETURN gd_done(jsonb_build_object(
-        'who', current_user, 'item', (SELECT item FROM orders LIMIT 1),
+        'who', current_user, 'item', (SELECT item FROM alice.orders LIMIT 1),
         'search_path', current_setting('search_path'),
         'synchronous_commit', current_setting('synchronous_commit'),
         'read_only', current_setting('default_transaction_read_only'),
@@ -201,7 +201,7 @@ sub alice_sees
 	like(bob_error($ids[-1]), qr/^42501 cannot execute PREPARE within security-restricted operation/,
 		'a handler cannot leave a prepared statement');
 	my $alice = alice_sees();
-	like($alice, qr/"search_path": "\\"\$user\\", public"/, 'a search_path a handler set is gone at its step\'s end');
+	like($alice, qr/"search_path": "pg_catalog, public, pg_temp"/, 'a search_path a handler set is gone at its step\'s end');
 	like($alice, qr/"synchronous_commit": "on"/, 'synchronous_commit = off did not outlive bob\'s step');
 	like($alice, qr/"read_only": "off"/, 'default_transaction_read_only did not outlive bob\'s step');
 	like($alice, qr/"advisory_locks": 0/, 'bob\'s session advisory locks were released, also after a raise');
@@ -235,7 +235,7 @@ sub alice_sees
 	like(bob_error($function), qr/^42501 gen_durable: step "go" of FSM "bfsm" created temporary objects/,
 		'nor a temporary function (PostgreSQL allows it; the engine does not)');
 	is(superuser(q{SELECT count(*) FROM pg_proc WHERE proname = 'item'}), '0', 'which is gone with its step');
-	like(alice_sees(), qr/"item": "alice-tea"/, 'alice\'s unqualified name finds her table, not a temporary object of bob\'s');
+	like(alice_sees(), qr/"item": "alice-tea"/, 'alice\'s step reads her table, not a temporary object of bob\'s');
 	is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'spy'}), '0', 'bob\'s spy never ran');
 }
 
@@ -258,6 +258,43 @@ setup_as('bob', q{SELECT gd_define_fsm('bmanual', 'go', queue => 'manual');
 }
 is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'clock_timestamp'}), '0',
 	'no API function nor engine statement called bob.clock_timestamp() through a search_path');
+
+# ------------------------------------------- "$user" squatting
+# dave has no schema named after him; bob makes one, with a gd_done and a ->>
+# of his own.  dave's handler, written as the README's are (gd_* and
+# operators unqualified), must reach the extension's and PostgreSQL's.
+superuser(q{CREATE ROLE dave LOGIN; GRANT CREATE ON DATABASE postgres TO dave});
+setup_as('bob', q{
+CREATE SCHEMA dave;
+GRANT USAGE ON SCHEMA dave TO PUBLIC;
+CREATE FUNCTION dave.gd_done(result jsonb DEFAULT '{}') RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.spy_log VALUES (current_user, 'squat gd_done');
+    RETURN public.gd_done('{"squatted": true}');
+END $$;
+CREATE FUNCTION dave.arrow(jsonb, text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.spy_log VALUES (current_user, 'squat ->>');
+    RETURN 'squatted';
+END $$;
+CREATE OPERATOR dave.->> (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = dave.arrow);
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA dave TO PUBLIC;
+});
+setup_as('dave', q{
+CREATE SCHEMA dave_app;
+CREATE FUNCTION dave_app.h(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN gd_done(jsonb_build_object('item', state->>'item'));
+END $$;
+SELECT gd_define_fsm('dfsm', 'go', steps => '{"go": {"handler": "dave_app.h(jsonb, gd.context)"}}');
+});
+{
+	my ($squatted) = as_role('dave', q{SELECT gd_insert('dfsm', '{"item": "dave-tea"}')});
+	is(wait_ended($squatted), 'done', 'dave\'s step runs');
+	is(superuser("SELECT result FROM gd._instances WHERE id = $squatted"), '{"item": "dave-tea"}',
+		'his gd_done and ->> are the extension\'s and PostgreSQL\'s, not those of the schema bob named after him');
+	is(superuser(q{SELECT count(*) FROM spy_log WHERE what LIKE 'squat%'}), '0', 'nothing of bob\'s ran as dave');
+}
 
 # ------------------------------------------- bob takes over alice's work?
 is(sqlstate_as('bob', q{INSERT INTO gd.fsms VALUES ('afsm', 2, 'x', 'default', '{}', 'bob')}), '42501',
@@ -342,7 +379,7 @@ is(superuser(q{
 	SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p
 	 WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'gd\_%'
 	   AND has_function_privilege('public', p.oid, 'EXECUTE')}),
-	'gd_await, gd_cancel, gd_claim, gd_complete, gd_complete_all, gd_cron_ticks, gd_define_fsm, gd_define_step, gd_done, '
+	'gd_accept_grant, gd_await, gd_cancel, gd_claim, gd_complete, gd_complete_all, gd_cron_ticks, gd_define_fsm, gd_define_step, gd_done, '
 	  . 'gd_drain, gd_grant, gd_heartbeat, gd_history, gd_insert, gd_insert_all, gd_next, gd_outcome, gd_pause_schedule, gd_release, '
 	  . 'gd_resume_schedule, gd_retry, gd_revoke, gd_schedule, gd_signal, gd_spawn, gd_stop, gd_unschedule, gd_wait_signal',
 	'PUBLIC executes the documented API, not its administration');
@@ -383,12 +420,56 @@ is((as_role('alice', q{SELECT count(*) FROM gd.instances WHERE fsm LIKE 'b%'}))[
 	like($stderr, qr/correlation key 'order-9' is already taken\nDETAIL:  An instance of an FSM you may not use holds it\./,
 		'in alice\'s key space, bob (a grantee) is refused without the occupant\'s id');
 	as_role('alice', "SELECT gd_cancel($held)");
-	# bob may use two key spaces, his and (through ashared) alice's: a key held in both is ambiguous
+	# bob may use two key spaces, his own and (through ashared) alice's: his signal by key looks in his own first
 	as_role('alice', q{SELECT gd_insert('ashared', '{"park": true}', correlation_key => 'both')});
-	as_role('bob', q{SELECT gd_insert('bfsm', '{"trick": "park"}', correlation_key => 'both')});
-	($stdout, $stderr) = as_role('bob', q{SELECT gd_signal('both', 'go')});
-	like($stderr, qr/correlation key 'both' is held by instances of 2 owners/, 'a key bob may reach in two key spaces is ambiguous');
-	is(sqlstate_as('bob', q{SELECT gd_signal('both', 'go')}), '21000', 'with 21000');
+	my ($his) = as_role('bob', q{SELECT gd_insert('bfsm', '{"trick": "park"}', correlation_key => 'both')});
+	$node->poll_query_until('postgres', "SELECT status = 'awaiting_signal' FROM gd._instances WHERE id = $his");
+	is((as_role('bob', q{SELECT gd_signal('both', 'go')}))[0], 't', 'a key held in bob\'s own key space and a granted one');
+	is(superuser("SELECT count(*) FROM gd._signals WHERE instance_id = $his"), '1', 'goes to his own instance');
+	my ($granted) = as_role('alice', q{SELECT gd_insert('ashared', '{"park": true}', correlation_key => 'only-granted')});
+	is(sqlstate_as('bob', q{SELECT gd_signal('only-granted', 'go')}), 'P0002',
+		'a key held only in the space of a grant bob has not accepted is not found');
+	is((as_role('bob', q{SELECT gd_accept_grant('ashared')}))[0], 't', 'bob accepts alice\'s grant');
+	is((as_role('bob', q{SELECT accepted FROM gd.grants WHERE fsm = 'ashared'}))[0], 't', 'gd.grants says so');
+	is((as_role('bob', q{SELECT gd_signal('only-granted', 'go')}))[0], 't', 'then his signal by that key finds it');
+	is(superuser("SELECT count(*) FROM gd._signals WHERE instance_id = $granted"), '1', 'in alice\'s instance');
+	is(sqlstate_as('bob', q{SELECT gd_accept_grant('afsm', 'carol')}), '42501', 'bob cannot accept a grant made to carol');
+}
+# ------------------------------------------- grants without consent
+{
+	setup_as('bob', q{
+		SELECT gd_define_fsm('bgift', 'go', steps => '{"go": {"handler": "bob.h(jsonb, gd.context)"}}');
+		SELECT gd_grant('bgift', 'alice');
+		SELECT gd_define_fsm('bext', 'work', queue => 'ext', steps => '{"work": {}}');
+		SELECT gd_grant('bext', 'alice');
+		SELECT gd_insert('bext', priority => -10) FROM generate_series(1, 5);
+	});
+	is((as_role('alice', q{SELECT accepted FROM gd.grants WHERE fsm = 'bgift'}))[0], 'f', 'bob\'s grant to alice waits for her');
+	my ($hers) = as_role('alice', q{SELECT gd_insert('afsm', '{"park": true}', correlation_key => 'order-8')});
+	my ($decoy) = as_role('bob', q{SELECT gd_insert('bgift', '{"trick": "park"}', correlation_key => 'order-8')});
+	my ($bait) = as_role('bob', q{SELECT gd_insert('bgift', '{"trick": "park"}', correlation_key => 'order-11')});
+	$node->poll_query_until('postgres', "SELECT bool_and(status = 'awaiting_signal') FROM gd._instances WHERE id IN ($hers, $decoy, $bait)");
+	is((as_role('alice', q{SELECT gd_signal('order-8', 'go', '{"card": "alice-card"}')}))[0], 't',
+		'alice\'s signal by a key bob\'s granted instance holds too');
+	is(superuser("SELECT string_agg(instance_id::text, ',') FROM gd._signals WHERE payload->>'card' = 'alice-card'"), $hers,
+		'reaches her own instance, not his');
+	is((as_role('alice', q{SELECT gd_signal('order-11', 'go', '{"card": "alice-card-2"}', missing_ok => true) IS NULL}))[0], 't',
+		'a key only his instance holds is not found for her');
+	is(superuser("SELECT count(*) FROM gd._signals WHERE instance_id = $bait"), '0', 'so her payload never reaches him');
+	setup_as('alice', q{SELECT gd_define_fsm('aext', 'work', queue => 'ext', steps => '{"work": {}}');
+		SELECT gd_insert('aext') FROM generate_series(1, 5)});
+	is((as_role('alice', q{SELECT string_agg(DISTINCT fsm, ',') FROM gd_claim('ext', 'alice-worker', 10)}))[0], 'aext',
+		'her claim without fsms takes her own steps, not those of bob\'s grant');
+	is((as_role('alice', q{SELECT count(*) FROM gd_claim('ext', 'alice-worker', 10, fsms => '{bext}')}))[0], '5',
+		'his only when she names his FSM');
+	is(sqlstate_as('alice', q{SELECT * FROM gd_claim('ext', 'alice-worker', 10, fsms => '{bfsm}')}), '42501',
+		'and never an FSM she may not use');
+	is((as_role('alice', q{SELECT gd_revoke('bgift', 'alice')}))[0], 't', 'she drops the grant she did not want');
+	is(sqlstate_as('alice', qq{SELECT gd_signal($decoy, 'go')}), 'P0002', 'and bob\'s instances are no longer hers to use');
+	# A grantee starts an FSM at its initial step only.
+	setup_as('alice', q{SELECT gd_define_step('ashared', 's2', 'alice.h(jsonb, gd.context)'::regprocedure)});
+	is(sqlstate_as('bob', q{SELECT gd_insert('ashared', step => 's2')}), '42501', 'bob (a grantee) cannot start alice\'s FSM past its first step');
+	is(sqlstate_as('bob', q{SELECT gd_insert('ashared')}), '', 'he starts it at its initial step');
 }
 {
 	# Concurrency keys: bob holds 'k' for a century; alice's two instances on
