@@ -296,8 +296,8 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
 bool gd_handler_timed_out();
 /* In an engine worker, release the session advisory locks a handler took, even when it raised. */
 void gd_forget_handler_session_state();
-/* False in a session with temporary objects, which a handler's unqualified names would find. */
-bool gd_session_may_run_handlers();
+/* What in this session keeps handlers from running in it (temporary objects, open cursors), or nullptr. */
+const char *gd_session_holds_back_handlers();
 
 /*
  * Steps that end their executor (crashed_steps.cpp).  An executor installs

@@ -23,7 +23,8 @@
  *     tenant's step with it, so PostgreSQL refuses to queue one in a
  *     security-restricted operation (a handler that defers a constraint
  *     itself fails its step);
- * and after it, in an engine worker, the session advisory locks it took are
+ * and after it the cursors and large objects it left open are closed, and,
+ * in an engine worker, the session advisory locks it took are
  * released, even when it raised (gd._execute, a superuser's tool, leaves its
  * caller's session alone).  A handler that
  * created temporary objects anyway (a type or function in pg_temp, which
@@ -46,8 +47,10 @@ extern "C" {
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "libpq/be-fsstubs.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "storage/lock.h"
@@ -56,6 +59,7 @@ extern "C" {
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/portal.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 #include "utils/timeout.h"
@@ -118,13 +122,17 @@ Datum gd_context(const PickedInstance &row, const char *queue)
 
 namespace {
 
-/* May the FSM's owner still execute the handler?  (A failed attempt otherwise: it may be granted again.) */
+/* May the FSM's owner still call the handler as a call by name would: EXECUTE on
+ * it, USAGE on its schema?  (A failed attempt otherwise: it may be granted again.) */
 void check_executable(const PickedInstance &row, const StepDefinition &def)
 {
-    if (!gd_may_execute_function(def.handler, def.owner))
+    Oid schema = get_func_namespace(def.handler);
+    if (!gd_may_execute_function(def.handler, def.owner) || !gd_may_use_schema(schema, def.owner))
         ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                         errmsg("gen_durable: role \"%s\", which handlers of FSM \"%s\" run as, may not execute %s",
-                               GetUserNameFromId(def.owner, true), row.fsm, format_procedure(def.handler))));
+                               GetUserNameFromId(def.owner, true), row.fsm, format_procedure(def.handler)),
+                        errdetail("It needs EXECUTE on the function and USAGE on schema %s.",
+                                  quote_identifier(get_namespace_name(schema)))));
 }
 
 /* "pg_catalog, <the API's schema>, pg_temp" (temporary relations and types last, not first): the
@@ -181,6 +189,21 @@ void refuse_temporary_objects(const PickedInstance &row)
         ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                         errmsg("gen_durable: step \"%s\" of FSM \"%s\" created temporary objects", row.step, row.fsm),
                         errdetail("A handler may leave nothing behind in the engine's session.")));
+}
+
+/*
+ * Close the cursors and large objects the handler left open: the next step
+ * in this session, another tenant's perhaps, could fetch from them, and a
+ * name it left could fail another's OPEN.  Large objects opened during the
+ * call carry the step's subtransaction; the session runs no cursor of its
+ * own meanwhile (an engine worker opens none; gd_drain and gd._execute
+ * refuse a session with one open), so every cursor not running is the
+ * handler's.
+ */
+void close_what_the_handler_opened()
+{
+    AtEOSubXact_LargeObject(false, GetCurrentSubTransactionId(), InvalidSubTransactionId);
+    PortalHashTableDeleteAll();
 }
 
 } // namespace
@@ -275,6 +298,7 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
         disable_timeout(STATEMENT_TIMEOUT, false);
     step_timeout_armed = false;
     refuse_temporary_objects(row);
+    close_what_the_handler_opened();
     AtEOXact_GUC(false, nest_level);
     SetUserIdAndSecContext(engine_user, engine_context);
     gd_forget_handler_session_state();
@@ -301,9 +325,13 @@ void gd_forget_handler_session_state()
         LockReleaseSession(USER_LOCKMETHOD);
 }
 
-bool gd_session_may_run_handlers()
+const char *gd_session_holds_back_handlers()
 {
     Oid temp_namespace, temp_toast_namespace;
     GetTempNamespaceState(&temp_namespace, &temp_toast_namespace);
-    return !OidIsValid(temp_namespace);
+    if (OidIsValid(temp_namespace))
+        return "temporary objects"; /* a handler's names would find them */
+    if (!ThereAreNoReadyPortals())
+        return "open cursors"; /* they would be closed with the handlers' */
+    return nullptr;
 }

@@ -9,6 +9,7 @@
 extern "C" {
 #include "postgres.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
@@ -36,6 +37,16 @@ inline bool gd_may_execute_function(Oid function, Oid role)
     return object_aclcheck(ProcedureRelationId, function, role, ACL_EXECUTE) == ACLCHECK_OK;
 #else
     return pg_proc_aclcheck(function, role, ACL_EXECUTE) == ACLCHECK_OK;
+#endif
+}
+
+/* May `role` look up names in `schema` (USAGE)? */
+inline bool gd_may_use_schema(Oid schema, Oid role)
+{
+#if PG_VERSION_NUM >= 160000
+    return object_aclcheck(NamespaceRelationId, schema, role, ACL_USAGE) == ACLCHECK_OK;
+#else
+    return pg_namespace_aclcheck(schema, role, ACL_USAGE) == ACLCHECK_OK;
 #endif
 }
 

@@ -13,9 +13,11 @@ extern "C" {
 
 namespace {
 
-/* Run up to `limit` steps of the queue here, the drain's only when given.  Not
- * from a handler (the runner is not reentrant), nor in a session with
- * temporary objects, which the handlers' names would find. */
+/* Run up to `limit` steps of the queue here, the drain's only when given.
+ * Never inside a step: not in an engine worker (whose only SQL besides its
+ * own is its handlers'), nor in a step this runs (the runner is not
+ * reentrant: a nested run would take rows its caller holds, and its step's
+ * timeout); nor in a session whose state a handler would see or lose. */
 int run_here(const char *what, text *queue_name, int32 limit, const DrainScope *drain)
 {
     static bool running = false;
@@ -24,13 +26,13 @@ int run_here(const char *what, text *queue_name, int32 limit, const DrainScope *
     if (limit < 1 || limit > GD_MAX_BATCH)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("gen_durable: max must be between 1 and %d, got %d", GD_MAX_BATCH, limit)));
-    if (running)
+    if (running || gd_my_worker_kind() != WorkerKind::free)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("gen_durable: %s cannot run inside a step", what)));
-    if (!gd_session_may_run_handlers())
+    if (const char *held_back = gd_session_holds_back_handlers())
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("gen_durable: %s cannot run handlers in a session with temporary objects", what),
-                        errhint("Call it from a new session.")));
+                        errmsg("gen_durable: %s cannot run handlers in a session with %s", what, held_back),
+                        errhint("Call it from a new session, or outside any cursor.")));
     int ran = 0;
     running = true;
     PG_TRY();

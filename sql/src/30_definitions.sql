@@ -224,17 +224,23 @@ BEGIN
             MESSAGE = format('gen_durable: handler %s of step %L must return gd.outcome, not %s%s', handler, step,
                              CASE WHEN proc.proretset THEN 'SETOF ' ELSE '' END, proc.prorettype::regtype);
     END IF;
-    IF NOT has_function_privilege(owner, handler, 'EXECUTE') THEN
+    -- What a call by name needs: the schema's USAGE as well as EXECUTE (an OID reaches past the schema).
+    IF NOT has_function_privilege(owner, handler, 'EXECUTE')
+       OR NOT has_schema_privilege(owner, proc.pronamespace, 'USAGE') THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
             MESSAGE = format('gen_durable: role %s, which handlers of step %L run as, may not execute %s',
-                             owner::regrole, step, handler);
+                             owner::regrole, step, handler),
+            DETAIL = format('It needs EXECUTE on the function and USAGE on schema %s.', proc.pronamespace::regnamespace);
     END IF;
 END $$;
 
--- A function a step names as its handler cannot be dropped on its own (an
--- event trigger, through a door so it may read the steps whoever drops).  A
--- drop of something it belongs to (DROP SCHEMA ... CASCADE, DROP OWNED) takes
--- it along; the step's instances then fail at once (src/handler_call.cpp).
+-- A function a step names as its handler cannot be dropped on its own by
+-- the FSM's owner (an event trigger, through a door so it may read the
+-- steps whoever drops): it would fail the FSM's instances.  Another role
+-- dropping its own function is not held back by a step of someone else's
+-- naming it.  A drop of something it belongs to (DROP SCHEMA ... CASCADE,
+-- DROP OWNED) takes it along; the step's instances then fail at once
+-- (src/handler_call.cpp).
 CREATE OR REPLACE FUNCTION gd.refuse_handler_drop() RETURNS event_trigger LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 CREATE OR REPLACE FUNCTION gd._refuse_handler_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -242,7 +248,9 @@ DECLARE
 BEGIN
     SELECT d.object_identity, s.fsm, s.version, s.step INTO named
       FROM pg_event_trigger_dropped_objects() d JOIN gd._steps s ON s.handler = d.objid
+      JOIN gd._fsms f ON f.name = s.fsm AND f.version = s.version
      WHERE d.classid = 'pg_proc'::regclass AND d.original AND tg_tag IN ('DROP FUNCTION', 'DROP ROUTINE')
+       AND pg_has_role(gd._caller(), f.owner, 'MEMBER')
      ORDER BY s.fsm, s.version, s.step LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',

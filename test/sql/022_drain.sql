@@ -81,6 +81,12 @@ SELECT t.try($$SELECT gd_drain('no_such_queue')$$);
 SELECT gd_insert('drained', step => 'inner') AS inner_id \gset
 SELECT gd_drain('drain_q', max_steps => 1) AS inner_ran;
 SELECT status, error->>'kind' AS kind, error->>'message' AS message FROM gd.instances WHERE id = :inner_id;
+-- Nor in a session with a cursor open: a handler's cursors are closed when its step ends, and so would be this one.
+BEGIN;
+DECLARE open_cursor CURSOR FOR SELECT 1;
+SELECT t.try($$SELECT gd_drain('drain_q')$$);
+FETCH open_cursor;
+COMMIT;
 RESET ROLE;
 
 -- Clean up: roles are the cluster's, and outlive the database.

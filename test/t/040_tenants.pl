@@ -72,9 +72,20 @@ CREATE TABLE alice.runs (id bigint, started timestamptz, ended timestamptz);
 CREATE FUNCTION alice.h(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 DECLARE
     started timestamptz := clock_timestamp();
+    her_cursor refcursor := 'alice_cursor';
+    shared_name refcursor := 'shared_cursor';
 BEGIN
     IF ctx.step = 's2' THEN
         RETURN gd_done(jsonb_build_object('secret', 'alice-result'));
+    END IF;
+    IF state ? 'leave_open' THEN
+        -- a large object (descriptor 0) and a cursor, left open
+        PERFORM lo_open(lo_from_bytea(0, 'alice-lo-secret'), 393216);   -- INV_READ | INV_WRITE
+        OPEN her_cursor FOR SELECT 'alice-row';
+    END IF;
+    IF state ? 'open_shared_name' THEN
+        OPEN shared_name FOR SELECT 1;
+        CLOSE shared_name;
     END IF;
     IF state ? 'park' THEN
         RETURN gd_wait_signal(ARRAY['go']);
@@ -145,8 +156,19 @@ CREATE CONSTRAINT TRIGGER late AFTER INSERT ON bob.t DEFERRABLE INITIALLY DEFERR
     FOR EACH ROW EXECUTE FUNCTION bob.late();
 -- One trick per instance, named by its state.
 CREATE FUNCTION bob.h(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+DECLARE
+    her_cursor refcursor := 'alice_cursor';
+    shared_name refcursor := 'shared_cursor';
+    peeked text;
+    peeked_lo text;
 BEGIN
     CASE state->>'trick'
+    WHEN 'leave_cursor' THEN OPEN shared_name FOR SELECT 'bob-row';
+    WHEN 'peek' THEN
+        BEGIN FETCH her_cursor INTO peeked; EXCEPTION WHEN OTHERS THEN peeked := SQLSTATE; END;
+        BEGIN peeked_lo := encode(loread(0, 100), 'escape'); EXCEPTION WHEN OTHERS THEN peeked_lo := SQLSTATE; END;
+        RETURN gd_done(jsonb_build_object('cursor', peeked, 'lo', peeked_lo));
+    WHEN 'drain' THEN PERFORM gd_drain('default');
     WHEN 'search_path' THEN PERFORM set_config('search_path', 'bob, pg_catalog, public', false);
     WHEN 'deferred' THEN INSERT INTO bob.t VALUES (1);
     WHEN 'deferred_explicitly' THEN SET CONSTRAINTS ALL DEFERRED; INSERT INTO bob.t VALUES (2);
@@ -239,6 +261,25 @@ sub alice_sees
 	is(superuser(q{SELECT count(*) FROM spy_log WHERE what = 'spy'}), '0', 'bob\'s spy never ran');
 }
 
+# ------------------------------------------- cursors and large objects left open
+{
+	my ($opened) = as_role('alice', q{SELECT gd_insert('afsm', '{"leave_open": true}')});
+	is(wait_ended($opened), 'done', 'alice\'s step leaves a large object and a cursor open');
+	my $peek = bob_trick('peek');
+	is(wait_ended($peek), 'done', 'bob\'s next step in the same session');
+	is(superuser("SELECT result FROM gd._instances WHERE id = $peek"), '{"lo": "42704", "cursor": "34000"}',
+		'finds neither: both were closed when her step ended');
+	my $left = bob_trick('leave_cursor');
+	is(wait_ended($left), 'done', 'bob\'s step leaves a cursor open under a name alice uses');
+	my ($reused) = as_role('alice', q{SELECT gd_insert('afsm', '{"open_shared_name": true}')});
+	is(wait_ended($reused), 'done', 'her step opens a cursor of that name all the same');
+}
+{
+	my $drain = bob_trick('drain');
+	is(wait_ended($drain), 'failed', 'gd_drain called by a handler an executor runs fails its step');
+	like(bob_error($drain), qr/^55000 gen_durable: gd_drain cannot run inside a step/, 'refused: a nested run would take rows its round holds');
+}
+
 # The API and the engine's statements resolve no name through a caller's search_path.
 setup_as('bob', q{
 	SET search_path = bob, pg_catalog, public;
@@ -317,6 +358,33 @@ is(sqlstate_as('bob', q{SELECT gd_define_step('afsm', 'evil', 'bob.h(jsonb, gd.c
 my $private = superuser(q{SELECT 'alice.private(jsonb, gd.context)'::regprocedure::oid});
 is(sqlstate_as('bob', "SELECT gd_define_step('bfsm', 'steal', ${private}::regprocedure)"), '42501',
 	'bob cannot make alice\'s SECURITY DEFINER function his handler by its OID');
+# A SECURITY DEFINER function of alice's in a schema bob may not use: its EXECUTE is PUBLIC's, but a call by name
+# would not reach it, and neither may a step by its OID.
+setup_as('alice', q{
+	CREATE SCHEMA alice_vault;
+	CREATE TABLE alice_vault.secrets (s text);
+	INSERT INTO alice_vault.secrets VALUES ('vault-secret');
+	CREATE FUNCTION alice_vault.reveal(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql SECURITY DEFINER
+		AS $$ SELECT gd_done(jsonb_build_object('secret', (SELECT s FROM alice_vault.secrets))) $$;
+	CREATE SCHEMA alice_shelf;
+	GRANT USAGE ON SCHEMA alice_shelf TO bob;
+	CREATE FUNCTION alice_shelf.f(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql
+		AS $$ SELECT gd_done(jsonb_build_object('ran_as', current_user)) $$;
+});
+{
+	my $vault = superuser(q{SELECT 'alice_vault.reveal(jsonb, gd.context)'::regprocedure::oid});
+	is(sqlstate_as('bob', "SELECT gd_define_step('bfsm', 'vault', ${vault}::regprocedure)"), '42501',
+		'bob cannot make a function in a schema he may not use his handler by its OID');
+	setup_as('bob', q{SELECT gd_define_fsm('bshelf', 'go');
+		SELECT gd_define_step('bshelf', 'go', 'alice_shelf.f(jsonb, gd.context)'::regprocedure, max_attempts => 1)});
+	as_role('alice', q{REVOKE USAGE ON SCHEMA alice_shelf FROM bob});
+	my ($shelf) = as_role('bob', q{SELECT gd_insert('bshelf')});
+	is(wait_ended($shelf), 'failed', 'once USAGE on its schema is revoked, his step on alice\'s function fails');
+	like(bob_error($shelf), qr/^42501 gen_durable: role "bob", which handlers of FSM "bshelf" run as, may not execute/,
+		'checked at every call');
+	is(sqlstate_as('alice', q{DROP FUNCTION alice_shelf.f(jsonb, gd.context)}), '',
+		'alice drops her own function although bob\'s step names it');
+}
 setup_as('bob', q{CREATE FUNCTION bob.many(state jsonb, ctx gd.context) RETURNS SETOF gd.outcome LANGUAGE sql
 	AS $$ SELECT gd_done() $$});
 is(sqlstate_as('bob', q{SELECT gd_define_step('bfsm', 'many', 'bob.many(jsonb, gd.context)'::regprocedure)}), '42P13',
