@@ -7,8 +7,10 @@ import logging
 import os
 import random
 import socket
+import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from .outcomes import Outcome, interval, retry
@@ -16,35 +18,79 @@ from .outcomes import Outcome, interval, retry
 log = logging.getLogger("gen_durable")
 
 # -- statements ---------------------------------------------------------------
+# Every name is qualified with its schema: on the session's search_path
+# ("$user", public) a role that may create schemas could make one named after
+# ours and put its own gd_claim, or a to_jsonb(gd.context) (an exact type
+# match beats pg_catalog's polymorphic one), in our way.  Built-ins are
+# pg_catalog's; the API's functions are in the schema the extension was
+# created in, looked up once per connection (API_SCHEMA, remember_statements).
 
-INSERT = ("SELECT gd_insert(%(fsm)s, %(state)s, step => %(step)s, queue => %(queue)s, priority => %(priority)s,"
-          " concurrency_key => %(concurrency_key)s, correlation_key => %(correlation_key)s,"
-          " correlation_scope => %(correlation_scope)s, rate_limit => %(rate_limit)s, weight => %(weight)s,"
-          " eligible_at => %(eligible_at)s, schedule_in => %(schedule_in)s::interval,"
-          " on_duplicate => %(on_duplicate)s, trace_context => %(trace_context)s)")
-INSERT_ALL = "SELECT gd_insert_all(%s, %s)"
-SIGNAL = "SELECT gd_signal(%s, %s, %s, dedup_key => %s, missing_ok => %s)"
-AWAIT = "SELECT status, step, attempt, result, error FROM gd_await(%s, %s::interval, %s)"
-CANCEL = "SELECT gd_cancel(%s, %s)"
-RETRY = "SELECT gd_retry(%s)"
+# The schema of the API functions, quoted as an identifier.
+API_SCHEMA = ("SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e"
+              "  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace"
+              " WHERE e.extname OPERATOR(pg_catalog.=) 'gen_durable'")
+
+
+class Statements:
+    """The statements that call the API, its functions in schema `api` (quoted)."""
+
+    def __init__(self, api: str):
+        self.insert = (
+            f"SELECT {api}.gd_insert(%(fsm)s, %(state)s, step => %(step)s, queue => %(queue)s,"
+            " priority => %(priority)s, concurrency_key => %(concurrency_key)s,"
+            " correlation_key => %(correlation_key)s, correlation_scope => %(correlation_scope)s,"
+            " rate_limit => %(rate_limit)s, weight => %(weight)s, eligible_at => %(eligible_at)s,"
+            " schedule_in => %(schedule_in)s::interval, on_duplicate => %(on_duplicate)s,"
+            " trace_context => %(trace_context)s)")
+        self.insert_all = f"SELECT {api}.gd_insert_all(%s, %s)"
+        self.signal = f"SELECT {api}.gd_signal(%s, %s, %s, dedup_key => %s, missing_ok => %s)"
+        self.wait = f"SELECT status, step, attempt, result, error FROM {api}.gd_await(%s, %s::interval, %s)"
+        self.cancel = f"SELECT {api}.gd_cancel(%s, %s)"
+        self.retry = f"SELECT {api}.gd_retry(%s)"
+        self.drain = f"SELECT {api}.gd_drain(%s, with_scheduled => %s, max_steps => %s)"
+        # Only steps of the FSMs the worker has handlers for (fsms).
+        self.claim = ("SELECT c.id, c.fsm, c.version, c.step, c.state, pg_catalog.to_jsonb(c.ctx), c.lease_token"
+                      f"  FROM {api}.gd_claim(%s, %s, %s, %s::interval, fsms => %s::text[]) c")
+        # One completion statement for a batch: gd_outcome turns each JSON outcome into a gd.outcome.
+        self.complete_all = (
+            f"SELECT id, completed FROM {api}.gd_complete_all(%s::bigint[], %s::bigint[],"
+            f" ARRAY(SELECT {api}.gd_outcome(o) FROM pg_catalog.unnest(%s::jsonb[]) WITH ORDINALITY AS u(o, n)"
+            " ORDER BY n))")
+        self.complete = f"SELECT {api}.gd_complete(%s, %s, {api}.gd_outcome(%s))"
+        self.release = f"SELECT {api}.gd_release(%s, %s)"
+        self.heartbeat = f"SELECT {api}.gd_heartbeat(%s, %s, %s::interval)"
+
+
+_statements: "weakref.WeakKeyDictionary[Any, Statements]" = weakref.WeakKeyDictionary()
+
+
+def known_statements(connection) -> Optional[Statements]:
+    """The connection's statements, if its API schema was looked up already."""
+    return _statements.get(connection)
+
+
+def remember_statements(connection, row: Optional[Tuple[str]]) -> Statements:
+    """The connection's statements, from API_SCHEMA's row."""
+    if row is None:
+        raise psycopg.errors.UndefinedObject(
+            f"gen_durable: extension gen_durable is not installed in database {connection.info.dbname!r}"
+            " (CREATE EXTENSION gen_durable)")
+    statements = _statements[connection] = Statements(row[0])
+    return statements
+
+
 GET = ("SELECT id, fsm, version, step, status, state, attempt, result, error, correlation_key, queue, parent_id,"
-       "       created_at, updated_at, finished_at FROM gd.instances WHERE id = %s")
-DRAIN = "SELECT gd_drain(%s, with_scheduled => %s, max_steps => %s)"
-CLAIM = ("SELECT c.id, c.fsm, c.version, c.step, c.state, to_jsonb(c.ctx), c.lease_token"
-         "  FROM gd_claim(%s, %s, %s, %s::interval) c")
-# One completion statement for a batch: gd_outcome turns each JSON outcome into a gd.outcome.
-COMPLETE_ALL = ("SELECT id, completed FROM gd_complete_all(%s::bigint[], %s::bigint[],"
-                " ARRAY(SELECT gd_outcome(o) FROM unnest(%s::jsonb[]) WITH ORDINALITY AS u(o, n) ORDER BY n))")
-COMPLETE = "SELECT gd_complete(%s, %s, gd_outcome(%s))"
-RELEASE = "SELECT gd_release(%s, %s)"
-HEARTBEAT = "SELECT gd_heartbeat(%s, %s, %s::interval)"
+       "       created_at, updated_at, finished_at FROM gd.instances WHERE id OPERATOR(pg_catalog.=) %s::bigint")
 LISTEN = "LISTEN gd_work"
 # The queues steps run on, as defined (a step's own, else its FSM's).
 QUEUES_OF_STEPS = ("SELECT DISTINCT coalesce(s.queue, f.queue) FROM gd.steps s"
-                   "  JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version"
-                   " WHERE (s.fsm, s.step) IN (SELECT * FROM unnest(%s::text[], %s::text[])) ORDER BY 1")
+                   "  JOIN gd.fsms f ON f.name OPERATOR(pg_catalog.=) s.fsm"
+                   "   AND f.version OPERATOR(pg_catalog.=) s.version"
+                   "  JOIN ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[])) AS h(fsm, step)"
+                   "    ON h.fsm OPERATOR(pg_catalog.=) s.fsm AND h.step OPERATOR(pg_catalog.=) s.step"
+                   " ORDER BY 1")
 # The port the server listens on, to compare with the one the client reached.
-SERVER_PORT = "SELECT current_setting('port')"
+SERVER_PORT = "SELECT pg_catalog.current_setting('port')"
 
 CHANNEL = "gd_work"
 INVALID_PARAMETER_VALUE = "22023"
@@ -171,6 +217,10 @@ class Handlers:
 
     def steps(self):
         return sorted(self._by_step)
+
+    def fsms(self):
+        """The FSMs it has handlers for: the only ones a worker claims steps of."""
+        return sorted({fsm for fsm, _ in self._by_step})
 
     def queues_query(self):
         """QUEUES_OF_STEPS and its parameters, for these steps."""
@@ -304,3 +354,9 @@ class WorkerSettings:
     def step(self, fsm: str, step: str):
         """Decorator: run this function for `step` of `fsm`."""
         return self.handlers.register(fsm, step)
+
+    def _refused(self, error: psycopg.Error):
+        """gd_claim refused (42501): an FSM the worker has handlers for is not one its role may use (not
+        defined yet, or not granted).  It claims nothing until it may, and says so every poll."""
+        log.warning("worker %s claims nothing: %s (it has handlers for FSMs %s; trying again in %s s)", self.name,
+                    error.diag.message_primary, ", ".join(self.handlers.fsms()), self.poll)

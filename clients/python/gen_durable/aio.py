@@ -37,6 +37,15 @@ async def connect(conninfo: str = "", pooler: Optional[bool] = None,
     return connection, pooler
 
 
+async def statements(connection: psycopg.AsyncConnection) -> _core.Statements:
+    """As gen_durable.client.statements, for asyncio."""
+    known = _core.known_statements(connection)
+    if known is None:
+        cursor = await connection.execute(_core.API_SCHEMA)
+        known = _core.remember_statements(connection, await cursor.fetchone())
+    return known
+
+
 class AsyncClient:
     """gen_durable.client.Client for asyncio: `await AsyncClient.connect(conninfo)`, or AsyncClient(connection)."""
 
@@ -61,31 +70,34 @@ class AsyncClient:
     def transaction(self):
         return self.connection.transaction()
 
+    async def _sql(self) -> _core.Statements:
+        return await statements(self.connection)
+
     async def _one(self, sql: str, parameters) -> Any:
         cursor = await self.connection.execute(sql, parameters)
         return (await cursor.fetchone())[0]
 
     async def insert(self, fsm: str, state: Optional[Mapping] = None, **options) -> Optional[int]:
-        return await self._one(_core.INSERT, _core.insert_parameters(fsm, state, options))
+        return await self._one((await self._sql()).insert, _core.insert_parameters(fsm, state, options))
 
     async def insert_all(self, fsm: str, entries: Iterable[Mapping]) -> List[int]:
-        cursor = await self.connection.execute(_core.INSERT_ALL, [fsm, jsonb(list(entries))])
+        cursor = await self.connection.execute((await self._sql()).insert_all, [fsm, jsonb(list(entries))])
         return [row[0] for row in await cursor.fetchall()]
 
     async def signal(self, target: Union[int, str], name: str, payload: Any = None, *,
                      dedup_key: Optional[str] = None, missing_ok: bool = False) -> Optional[bool]:
-        return await self._one(_core.SIGNAL, [target, name, jsonb(payload if payload is not None else {}), dedup_key,
-                                              missing_ok])
+        return await self._one((await self._sql()).signal,
+                               [target, name, jsonb(payload if payload is not None else {}), dedup_key, missing_ok])
 
     async def wait(self, instance_id: int, timeout: Seconds = 5, until: str = "settled") -> Settled:
-        cursor = await self.connection.execute(_core.AWAIT, [instance_id, interval(timeout), until])
+        cursor = await self.connection.execute((await self._sql()).wait, [instance_id, interval(timeout), until])
         return Settled(*(await cursor.fetchone()))
 
     async def cancel(self, instance_id: int, reason: Optional[str] = None) -> bool:
-        return await self._one(_core.CANCEL, [instance_id, reason])
+        return await self._one((await self._sql()).cancel, [instance_id, reason])
 
     async def retry(self, instance_id: int) -> bool:
-        return await self._one(_core.RETRY, [instance_id])
+        return await self._one((await self._sql()).retry, [instance_id])
 
     async def get(self, instance_id: int) -> Optional[Instance]:
         cursor = await self.connection.execute(_core.GET, [instance_id])
@@ -93,7 +105,7 @@ class AsyncClient:
         return None if row is None else Instance(*row)
 
     async def drain(self, queue: str, with_scheduled: bool = False, max_steps: int = 1000) -> int:
-        return await self._one(_core.DRAIN, [queue, with_scheduled, max_steps])
+        return await self._one((await self._sql()).drain, [queue, with_scheduled, max_steps])
 
 
 class AsyncWorker(_core.WorkerSettings):
@@ -179,9 +191,15 @@ class AsyncWorker(_core.WorkerSettings):
                 await self._sleep(delay)
 
     async def _claim_and_run(self, connection, start: int) -> int:
+        claim, fsms = (await statements(connection)).claim, self.handlers.fsms()
         for offset in range(len(self.queues)):
             queue = self.queues[(start + offset) % len(self.queues)]
-            cursor = await connection.execute(_core.CLAIM, [queue, self.name, self.batch, interval(self.lease)])
+            try:
+                cursor = await connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms])
+            except psycopg.errors.InsufficientPrivilege as e:
+                self._refused(e)
+                await self._sleep(self.poll)
+                return 0
             rows = await cursor.fetchall()
             if rows:
                 await self._run_batch(connection, _core.claims_from(rows, connection))
@@ -235,7 +253,8 @@ class AsyncWorker(_core.WorkerSettings):
     async def _complete(self, connection, claims: List[Claim], outcomes: List[Outcome]) -> List[bool]:
         try:
             async with connection.transaction():
-                cursor = await connection.execute(_core.COMPLETE_ALL, _core.completion_parameters(claims, outcomes))
+                cursor = await connection.execute((await statements(connection)).complete_all,
+                                                  _core.completion_parameters(claims, outcomes))
                 return [completed for _, completed in await cursor.fetchall()]
         except psycopg.errors.InvalidParameterValue:
             pass
@@ -250,12 +269,13 @@ class AsyncWorker(_core.WorkerSettings):
 
     @staticmethod
     async def _complete_one(connection, claim: Claim, outcome: Outcome) -> bool:
-        cursor = await connection.execute(_core.COMPLETE, [claim.id, claim.token, jsonb(outcome)])
+        cursor = await connection.execute((await statements(connection)).complete,
+                                          [claim.id, claim.token, jsonb(outcome)])
         return (await cursor.fetchone())[0]
 
     async def _release(self, connection, claims: List[Claim], why: str):
         for claim in claims:
-            await connection.execute(_core.RELEASE, [claim.id, claim.token])
+            await connection.execute((await statements(connection)).release, [claim.id, claim.token])
         if claims:
             log.warning("worker %s released %d claims (%s): %s", self.name, len(claims), why,
                         ", ".join(f"{c.fsm}/{c.step} #{c.id}" for c in claims))
@@ -293,7 +313,8 @@ class AsyncWorker(_core.WorkerSettings):
                     backoff.reset()
                     while not await self._sleep(every):
                         for claim_id, token in list(self._in_hand.items()):
-                            cursor = await connection.execute(_core.HEARTBEAT, [claim_id, token, interval(self.lease)])
+                            cursor = await connection.execute((await statements(connection)).heartbeat,
+                                                              [claim_id, token, interval(self.lease)])
                             if not (await cursor.fetchone())[0] and claim_id in self._in_hand:
                                 self._lost.add(claim_id)
             except psycopg.OperationalError as e:

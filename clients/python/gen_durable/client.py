@@ -24,6 +24,12 @@ def connect(conninfo: str = "", pooler: Optional[bool] = None, **options) -> "tu
     return connection, pooler
 
 
+def statements(connection: psycopg.Connection) -> _core.Statements:
+    """The statements that call the API in the connection's database (its schema looked up once)."""
+    return (_core.known_statements(connection)
+            or _core.remember_statements(connection, connection.execute(_core.API_SCHEMA).fetchone()))
+
+
 class Client:
     """gd_insert, gd_signal, gd_await, ... as methods.
 
@@ -50,6 +56,9 @@ class Client:
         """A transaction (or a savepoint inside one) on the client's connection."""
         return self.connection.transaction()
 
+    def _sql(self) -> _core.Statements:
+        return statements(self.connection)
+
     def _one(self, sql: str, parameters) -> Any:
         return self.connection.execute(sql, parameters).fetchone()[0]
 
@@ -57,31 +66,31 @@ class Client:
         """gd_insert: the new instance's id (options by name: step, queue, priority, concurrency_key,
         correlation_key, correlation_scope, rate_limit, weight, eligible_at, schedule_in (seconds),
         on_duplicate, trace_context: a W3C traceparent); None when on_duplicate='skip' skipped it."""
-        return self._one(_core.INSERT, _core.insert_parameters(fsm, state, options))
+        return self._one(self._sql().insert, _core.insert_parameters(fsm, state, options))
 
     def insert_all(self, fsm: str, entries: Iterable[Mapping]) -> List[int]:
         """gd_insert_all: one instance per insert option object, in one statement."""
-        rows = self.connection.execute(_core.INSERT_ALL, [fsm, jsonb(list(entries))]).fetchall()
+        rows = self.connection.execute(self._sql().insert_all, [fsm, jsonb(list(entries))]).fetchall()
         return [row[0] for row in rows]
 
     def signal(self, target: Union[int, str], name: str, payload: Any = None, *, dedup_key: Optional[str] = None,
                missing_ok: bool = False) -> Optional[bool]:
         """gd_signal to an instance id or correlation key: False for a duplicate dedup_key; None, with
         missing_ok, when the target is not live (else psycopg.errors.NoDataFound, P0002)."""
-        return self._one(_core.SIGNAL, [target, name, jsonb(payload if payload is not None else {}), dedup_key,
-                                        missing_ok])
+        return self._one(self._sql().signal,
+                         [target, name, jsonb(payload if payload is not None else {}), dedup_key, missing_ok])
 
     def wait(self, instance_id: int, timeout: Seconds = 5, until: str = "settled") -> Settled:
         """gd_await: where the instance is once it settles (until='settled': parked, ended) or ends
         (until='terminal'), or at the timeout."""
-        row = self.connection.execute(_core.AWAIT, [instance_id, interval(timeout), until]).fetchone()
+        row = self.connection.execute(self._sql().wait, [instance_id, interval(timeout), until]).fetchone()
         return Settled(*row)
 
     def cancel(self, instance_id: int, reason: Optional[str] = None) -> bool:
-        return self._one(_core.CANCEL, [instance_id, reason])
+        return self._one(self._sql().cancel, [instance_id, reason])
 
     def retry(self, instance_id: int) -> bool:
-        return self._one(_core.RETRY, [instance_id])
+        return self._one(self._sql().retry, [instance_id])
 
     def get(self, instance_id: int) -> Optional[Instance]:
         """The instance's row of gd.instances, or None (no such instance, or not one you may use)."""
@@ -90,4 +99,4 @@ class Client:
 
     def drain(self, queue: str, with_scheduled: bool = False, max_steps: int = 1000) -> int:
         """gd_drain, for tests: run your FSMs' runnable in-database steps of `queue` here, until none is left."""
-        return self._one(_core.DRAIN, [queue, with_scheduled, max_steps])
+        return self._one(self._sql().drain, [queue, with_scheduled, max_steps])

@@ -11,7 +11,9 @@ NULL) of one or more queues.
     worker.run()        # until SIGTERM or SIGINT (or worker.stop()): then it drains
 
 Each of `concurrency` lanes has its own connection.  It claims up to `batch`
-steps (gd_claim, its own transaction), runs their handlers one after another
+steps of the FSMs it has handlers for (gd_claim(fsms => ...), its own
+transaction: another FSM's steps on its queues, or a grant to its role,
+never come its way), runs their handlers one after another
 in one transaction, each in a savepoint (a handler that raises is a failed
 attempt, its writes undone), and completes them all in that transaction
 (gd_complete_all): a step's writes through ctx.connection happen exactly once,
@@ -43,7 +45,7 @@ import psycopg
 
 from . import _core
 from ._core import Claim
-from .client import connect
+from .client import connect, statements
 from .outcomes import Outcome, interval
 
 log = logging.getLogger("gen_durable")
@@ -154,9 +156,15 @@ class Worker(_core.WorkerSettings):
 
     def _claim_and_run(self, connection: psycopg.Connection, start: int) -> int:
         """Claim a batch from the first queue that has work (round robin from `start`), run it; how many claimed."""
+        claim, fsms = statements(connection).claim, self.handlers.fsms()
         for offset in range(len(self.queues)):
             queue = self.queues[(start + offset) % len(self.queues)]
-            rows = connection.execute(_core.CLAIM, [queue, self.name, self.batch, interval(self.lease)]).fetchall()
+            try:
+                rows = connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms]).fetchall()
+            except psycopg.errors.InsufficientPrivilege as e:
+                self._refused(e)
+                self._sleep(self.poll)
+                return 0
             if rows:
                 self._run_batch(connection, _core.claims_from(rows, connection))
                 return len(rows)
@@ -209,7 +217,8 @@ class Worker(_core.WorkerSettings):
         """All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt."""
         try:
             with connection.transaction():
-                rows = connection.execute(_core.COMPLETE_ALL, _core.completion_parameters(claims, outcomes)).fetchall()
+                rows = connection.execute(statements(connection).complete_all,
+                                          _core.completion_parameters(claims, outcomes)).fetchall()
             return [completed for _, completed in rows]
         except psycopg.errors.InvalidParameterValue:
             pass
@@ -224,11 +233,12 @@ class Worker(_core.WorkerSettings):
 
     @staticmethod
     def _complete_one(connection: psycopg.Connection, claim: Claim, outcome: Outcome) -> bool:
-        return connection.execute(_core.COMPLETE, [claim.id, claim.token, _core.jsonb(outcome)]).fetchone()[0]
+        return connection.execute(statements(connection).complete,
+                                  [claim.id, claim.token, _core.jsonb(outcome)]).fetchone()[0]
 
     def _release(self, connection: psycopg.Connection, claims: List[Claim], why: str):
         for claim in claims:
-            connection.execute(_core.RELEASE, [claim.id, claim.token])
+            connection.execute(statements(connection).release, [claim.id, claim.token])
         if claims:
             log.warning("worker %s released %d claims (%s): %s", self.name, len(claims), why,
                         ", ".join(f"{c.fsm}/{c.step} #{c.id}" for c in claims))
@@ -287,7 +297,8 @@ class Worker(_core.WorkerSettings):
                         with self._lock:
                             in_hand = list(self._in_hand.items())
                         for claim_id, token in in_hand:
-                            kept = connection.execute(_core.HEARTBEAT, [claim_id, token, interval(self.lease)]).fetchone()[0]
+                            kept = connection.execute(statements(connection).heartbeat,
+                                                      [claim_id, token, interval(self.lease)]).fetchone()[0]
                             if not kept:
                                 with self._lock:
                                     if claim_id in self._in_hand:

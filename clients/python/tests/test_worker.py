@@ -51,9 +51,10 @@ class WorkerTest(ServerTest):
             return done({"n": state["n"], "packed": state["packed"]})
         return {(self.fsm, "pack"): pack, (self.fsm, "label"): label or label_, (self.fsm, "end"): end}
 
-    def wait_all(self, ids, status="done"):
+    def wait_all(self, ids, status="done", timeout=20.0):
         self.until(lambda: self.db.execute("SELECT count(*) FROM gd.instances WHERE id = ANY(%s) AND status = %s",
-                                           [ids, status]).fetchone()[0] == len(ids), message=f"{len(ids)} {status}")
+                                           [ids, status]).fetchone()[0] == len(ids), timeout,
+                   f"{len(ids)} {status}")
 
     def test_several_queues_concurrency_and_exactly_once_effects(self):
         ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(30)])
@@ -146,6 +147,31 @@ class WorkerTest(ServerTest):
         with LogCapture() as log, running(self.worker(handlers, poll=0.2)):
             self.until(lambda: any("no handler" in m for m in log.messages), message="the release")
         self.assertEqual(self.status(order), ("runnable", "pack", 1))
+
+    def test_claims_only_steps_of_the_fsms_it_has_handlers_for(self):
+        # Another FSM's steps on the same queue, ahead of these: a claim of any FSM's steps (a superuser's
+        # without fsms) would get them, hand them back and pause a poll, again and again.
+        other = self.name("other")
+        self.define(other, "pack", {"pack": None})
+        others = self.client.insert_all(other, [{"priority": 10}] * 20)
+        ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(20)])
+        with LogCapture() as log, running(self.worker(self.handlers(), batch=5, poll=30)):
+            self.wait_all(ids, timeout=10)
+        self.assertEqual([m for m in log.messages if "released" in m], [])
+        self.assertEqual(self.db.execute("SELECT drained FROM gd.queue_stats WHERE queue = %s", [self.queue]
+                                         ).fetchone()[0], 0)
+        self.assertEqual({self.status(i) for i in others}, {("runnable", "pack", 1)})
+
+    def test_a_handler_for_an_fsm_it_may_not_use_holds_its_claims_back_until_it_may(self):
+        later = self.name("later")
+        order = self.client.insert(self.fsm, {"n": 1})
+        handlers = {**self.handlers(), (later, "work"): lambda state, ctx: done()}
+        with LogCapture() as log, running(self.worker(handlers, poll=0.2)):
+            self.until(lambda: any(f"permission denied for FSM '{later}'" in m for m in log.messages),
+                       message="the warning")
+            self.assertEqual(self.status(order), ("runnable", "pack", 1))
+            self.define(later, "work", {"work": None})
+            self.wait_all([order])
 
     def test_a_lost_lease_rolls_the_batch_back(self):
         entered, go_on = threading.Event(), threading.Event()
