@@ -70,6 +70,8 @@ GD_SQL_FUNCTION(gd_written_here)
 /* gd._await_publish(id bigint): wake me when this instance changes (0: stop). */
 GD_SQL_FUNCTION(gd_await_publish)
 {
+    if (PG_GETARG_INT64(0) != 0)
+        gd_require_engine("gd_await"); /* nothing would wake it */
     publish_awaited(PG_GETARG_INT64(0));
     PG_RETURN_VOID();
 }

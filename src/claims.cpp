@@ -252,6 +252,7 @@ int compare_ids(const void *a, const void *b)
  */
 GD_SQL_FUNCTION(gd_claim_steps)
 {
+    gd_require_engine("gd_claim"); /* no reaper would reclaim an expired lease */
     for (int arg = 0; arg < 4; arg++)
         if (PG_ARGISNULL(arg))
             bad_argument("gd._claim_steps takes a queue, a worker, a count and a lease, got NULL");

@@ -54,6 +54,8 @@ bool of_queue(const QueueFrontier &f, Oid database, const char *queue, bool exte
 /* The frontier of (database, queue, external, scope), made if missing and there is room; nullptr if not. */
 QueueFrontier *find_or_make(Oid database, const char *queue, bool external, uint32 scope)
 {
+    if (gd_shared == nullptr)
+        return nullptr; /* not preloaded (gd_drain on such a server): every pick scans from the front */
     QueueFrontier *frontiers = gd_shared->frontiers;
     LWLockAcquire(gd_shared->lock, LW_SHARED);
     for (int i = 0; i < GD_MAX_FRONTIERS; i++) {

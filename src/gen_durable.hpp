@@ -114,6 +114,13 @@ extern GdShared *gd_shared;
 
 void gd_install_shmem_hooks();
 
+/*
+ * Raise 55000 naming shared_preload_libraries when the library was not
+ * preloaded (no engine, no shared memory): for what only the engine can
+ * keep its promises for (a claim's lease, gd_await's wake-up).
+ */
+void gd_require_engine(const char *what);
+
 /* bgw_main_arg of an engine worker: its slot and the slot's generation. */
 Datum gd_worker_arg(int slot_index, uint32 generation);
 /*

@@ -144,3 +144,12 @@ void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id)
     pg_atomic_write_u64(&slot->current_instance, static_cast<uint64>(instance_id));
     pg_atomic_write_u64(&slot->since, static_cast<uint64>(GetCurrentTimestamp()));
 }
+
+void gd_require_engine(const char *what)
+{
+    if (gd_shared == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("gen_durable: %s needs the engine, which this server does not run", what),
+                        errdetail("gen_durable is not in shared_preload_libraries."),
+                        errhint("Add gen_durable to shared_preload_libraries and restart the server.")));
+}
