@@ -7,8 +7,16 @@
 -- (pg_dump keeps a sequence's position, not its increment).
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
-SELECT set_config('gd_sharding.partition', :'partition', false),
-       set_config('gd_sharding.partitions', :'partitions', false) \gset
+BEGIN;
+-- Nothing here resolves through the search_path of the role running it: a
+-- schema named after that role, first on its default search_path, could be
+-- another role's (one that may create schemas in this database).
+SET LOCAL search_path = '';
+SELECT pg_catalog.set_config('gd_sharding.partition', :'partition', true),
+       pg_catalog.set_config('gd_sharding.partitions', :'partitions', true) \gset
+-- The extension's API schema, where apply_definitions finds the API.
+SELECT e.extnamespace::pg_catalog.regnamespace AS api FROM pg_catalog.pg_extension e
+ WHERE e.extname = 'gen_durable' \gset
 DO $$
 DECLARE
     p int := current_setting('gd_sharding.partition')::int;
@@ -27,9 +35,22 @@ END $$;
 -- created later (or restored empty) another partition's definitions:
 -- gd_sharding.definitions() describes them, gd_sharding.apply_definitions()
 -- makes them here, each FSM as its owner (who must exist on this server).
+-- (A gd_sharding schema another role made first would let that role
+-- replace what the router's administrator runs here.)
+DO $$
+DECLARE
+    owner name := (SELECT r.rolname FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+                    WHERE n.nspname = 'gd_sharding' AND r.rolname <> current_user AND NOT r.rolsuper);
+BEGIN
+    IF owner IS NOT NULL THEN
+        RAISE EXCEPTION 'gen_durable sharding: schema gd_sharding belongs to %, neither you nor a superuser', owner;
+    END IF;
+END $$;
 CREATE SCHEMA IF NOT EXISTS gd_sharding;
--- (search_path pg_catalog: a handler's name comes out with its schema)
-CREATE OR REPLACE FUNCTION gd_sharding.definitions() RETURNS jsonb LANGUAGE sql STABLE SET search_path = pg_catalog AS $$
+-- (search_path pg_catalog: a handler's name comes out with its schema, a
+-- role's quoted where it must be)
+CREATE OR REPLACE FUNCTION gd_sharding.definitions() RETURNS jsonb LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$
     SELECT jsonb_build_object(
         'fsms', coalesce((SELECT jsonb_agg(jsonb_build_object(
                     'name', f.name, 'initial', f.initial_step, 'queue', f.queue, 'version', f.version,
@@ -40,19 +61,24 @@ CREATE OR REPLACE FUNCTION gd_sharding.definitions() RETURNS jsonb LANGUAGE sql 
                                   'rate_limit', s.rate_limit, 'queue', s.queue)))
                                 FROM gd.steps s WHERE s.fsm = f.name AND s.version = f.version))
                     ORDER BY f.name, f.version) FROM gd.fsms f), '[]'),
-        'grants', coalesce((SELECT jsonb_agg(jsonb_build_object('fsm', g.fsm, 'role', g.role::text)) FROM gd.grants g), '[]'),
+        'grants', coalesce((SELECT jsonb_agg(jsonb_build_object('fsm', g.fsm, 'role', g.role::text,
+                                                                'accepted', g.accepted)) FROM gd.grants g), '[]'),
         'rate_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.rate_limits l), '[]'),
         'concurrency_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.concurrency_limits l), '[]'))
 $$;
--- (search_path pinned: no name here resolves to an object a tenant could create)
+-- Each FSM is defined as its owner.  Each grant is made as the FSM's owner
+-- makes it (so not accepted, unless to one of the owner's own roles), then
+-- accepted if it was on the source partition.  (search_path pinned: the API
+-- is found in the extension's schema, nothing in a schema a tenant could
+-- create.)
 CREATE OR REPLACE FUNCTION gd_sharding.apply_definitions(definitions jsonb) RETURNS int LANGUAGE plpgsql
-SET search_path = pg_catalog, public AS $$
+SET search_path = pg_catalog, :api, pg_temp AS $$
 DECLARE
     item jsonb;
     applied int := 0;
 BEGIN
     FOR item IN SELECT jsonb_array_elements(definitions->'fsms') LOOP
-        EXECUTE format('SET LOCAL ROLE %I', item->>'owner');
+        EXECUTE format('SET LOCAL ROLE %s', (item->>'owner')::regrole);
         PERFORM gd_define_fsm(item->>'name', item->>'initial', item->>'queue', (item->>'version')::int,
                               item->'state_defaults', item->'steps', (item->>'history')::boolean);
         RESET ROLE;
@@ -66,9 +92,15 @@ BEGIN
         PERFORM gd_set_concurrency_limit(item->>'name', (item->>'max')::int, (item->>'shared')::boolean);
     END LOOP;
     FOR item IN SELECT jsonb_array_elements(definitions->'grants') LOOP
+        EXECUTE format('SET LOCAL ROLE %s', (SELECT f.owner FROM gd.fsms f WHERE f.name = item->>'fsm' LIMIT 1));
         PERFORM gd_grant(item->>'fsm', (item->>'role')::regrole);
+        RESET ROLE;
+        IF (item->>'accepted')::boolean THEN
+            PERFORM gd_accept_grant(item->>'fsm', (item->>'role')::regrole);
+        END IF;
     END LOOP;
     RETURN applied;
 END $$;
 -- For the router's mapped user (a superuser or the engine's owner) only.
 REVOKE ALL ON FUNCTION gd_sharding.definitions(), gd_sharding.apply_definitions(jsonb) FROM PUBLIC;
+COMMIT;

@@ -6,10 +6,13 @@
 # gd_await; a spawn whose children stay on their parent's partition;
 # gd_cancel; the aggregated queue stats; bad input raising what the
 # partition's engine raises; router roles mapped to their own users, the
-# engine's rights and grants holding through the router; one external worker
-# process serving every partition.  A shard server stopped: its partitions'
-# calls fail naming the partition, the others go on, and nothing is lost
-# when it is back.  A partition made again receives the definitions.
+# engine's rights and grants (accepted by their grantees) holding through
+# the router, and none of its calls resolved in a schema another role made
+# on a partition; one external worker process serving every partition.  A
+# shard server stopped: its partitions' calls fail naming the partition, the
+# others go on, and nothing is lost when it is back.  A partition made again
+# receives the definitions, with owners whose names must be quoted and
+# grants accepted or not.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -192,14 +195,48 @@ like($stderr, qr/ERROR:  gen_durable: [^\n]*\n(?:DETAIL:  [^\n]*\n)?[^\n]*\(on p
 # per-role rights hold through the router, and grants reach every partition.
 for my $node ($router, values %shards)
 {
-	$node->safe_psql('postgres', 'CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN');
+	$node->safe_psql('postgres', 'CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN; CREATE ROLE "Team A" LOGIN');
 }
 $router->safe_psql('postgres', q{
 CREATE USER MAPPING FOR alice SERVER gd_partitions OPTIONS (user 'alice');
 CREATE USER MAPPING FOR bob SERVER gd_partitions OPTIONS (user 'bob');
-GRANT USAGE ON FOREIGN SERVER gd_partitions TO alice, bob;
+CREATE USER MAPPING FOR "Team A" SERVER gd_partitions OPTIONS (user 'Team A');
+GRANT USAGE ON FOREIGN SERVER gd_partitions TO alice, bob, "Team A";
 });
 sub routed_as { my ($role, $sql) = @_; return routed("SET ROLE $role; $sql") }
+
+# Name squatting: mallory, who may create schemas on the partitions, makes
+# schemas alice and bob there (first on their default search_path, "$user",
+# public), each with a function of every API name and signature that
+# records that it ran.  The router sends only qualified names, so the routed
+# calls below reach the engine's functions, never mallory's.
+$_->safe_psql('postgres', 'CREATE ROLE mallory') for values %shards;
+for my $p (0 .. $partitions - 1)
+{
+	on_partition($p, qq{GRANT CREATE ON DATABASE p$p TO mallory; SET ROLE mallory;} . q{
+DO $$
+DECLARE
+    victim text;
+    api record;
+BEGIN
+    FOREACH victim IN ARRAY ARRAY['alice', 'bob'] LOOP
+        EXECUTE format('CREATE SCHEMA %1$I; GRANT USAGE ON SCHEMA %1$I TO PUBLIC;
+                        CREATE TABLE %1$I.ran (call text); GRANT INSERT ON %1$I.ran TO PUBLIC', victim);
+        FOR api IN SELECT p.oid, p.proname, p.proretset OR p.prorettype = 'void'::regtype AS bare
+                     FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'gd\_%' LOOP
+            EXECUTE format('CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L', victim, api.proname,
+                           pg_get_function_arguments(api.oid), pg_get_function_result(api.oid),
+                           format('BEGIN INSERT INTO %I.ran VALUES (%L); RETURN %s; END', victim, api.proname,
+                                  CASE WHEN api.bare THEN '' ELSE 'NULL' END));
+        END LOOP;
+    END LOOP;
+END $$;
+});
+}
+on_partition(0, q{SET ROLE alice; SELECT gd_cancel(-1)});
+is(on_partition(0, q{SELECT string_agg(call, ',') FROM alice.ran}), 'gd_cancel',
+	'the squat works: alice\'s unqualified call on a partition runs mallory\'s function');
+on_partition(0, q{TRUNCATE alice.ran});
 
 routed_as('alice', q{SELECT gd_define_fsm('invoice', initial => 'pack', steps => '{"pack": {"handler": "public.ship(jsonb, gd.context)"},
                                                                                  "done": {"handler": "public.ship(jsonb, gd.context)"}}')});
@@ -214,7 +251,12 @@ is(routed_as('bob', q{SELECT try($$SELECT gd_grant('invoice', 'bob')$$)}) =~ s/ 
 routed_as('alice', q{SELECT gd_grant('invoice', 'bob')});
 is(join(',', map { on_partition($_, q{SELECT string_agg(role::text, ',') FROM gd.grants WHERE fsm = 'invoice'}) } 0 .. 3),
 	'bob,bob,bob,bob', 'gd_grant through the router: on every partition');
-is(routed_as('bob', q{SELECT gd_signal('inv-1', 'paid')}), 't', 'granted: bob signals her instance by key');
+is(routed_as('bob', q{SELECT try($$SELECT gd_signal('inv-1', 'paid')$$)}) =~ s/ .*//r, 'P0002',
+	'granted, not yet accepted: a signal by key does not look in her FSM');
+is(routed_as('bob', q{SELECT gd_accept_grant('invoice')}), 't', 'gd_accept_grant through the router');
+is(join(',', map { on_partition($_, q{SELECT accepted FROM gd.grants WHERE fsm = 'invoice'}) } 0 .. 3), 't,t,t,t',
+	'accepted on every partition');
+is(routed_as('bob', q{SELECT gd_signal('inv-1', 'paid')}), 't', 'granted and accepted: bob signals her instance by key');
 my $bobs = routed_as('bob', q{SELECT gd_insert('invoice')});
 is(routed_as('bob', q{SELECT count(*) FROM gd_insert_all('invoice', '[{}, {}]')}), '2', 'in a batch too');
 is(routed_as('bob', "SELECT string_agg(status, ',') FROM unnest(ARRAY[$invoice, $bobs]) id, gd_await(id, '10s', 'terminal')"),
@@ -222,6 +264,12 @@ is(routed_as('bob', "SELECT string_agg(status, ',') FROM unnest(ARRAY[$invoice, 
 is(routed_as('alice', q{SELECT gd_revoke('invoice', 'bob')}), 't', 'gd_revoke through the router');
 is(routed_as('bob', q{SELECT try($$SELECT gd_insert('invoice')$$)}) =~ s/ .*//r, '42501', 'revoked everywhere');
 routed_as('alice', q{SELECT gd_grant('invoice', 'bob')});
+# A role whose name must be quoted owns an FSM, granted to bob, who accepts it.
+routed_as('"Team A"', q{SELECT gd_define_fsm('report', initial => 'print', steps => '{"print": {}}')});
+routed_as('"Team A"', q{SELECT gd_grant('report', 'bob')});
+is(routed_as('bob', q{SELECT gd_accept_grant('report', 'bob')}), 't', 'bob accepts the grant of "Team A"\'s FSM');
+is(join(',', map { on_partition($_, q{SELECT count(*) FROM alice.ran}) + on_partition($_, q{SELECT count(*) FROM bob.ran}) }
+		0 .. 3), '0,0,0,0', 'none of mallory\'s functions ran through the router');
 
 # External workers: one process serving every partition (a connection and a
 # listener in each database: NOTIFY does not leave its database).
@@ -231,7 +279,7 @@ PostgreSQL::Test::Utils::append_to_file($handlers, q{
 from gen_durable import done
 
 def print_label(state, ctx):
-    database = ctx.connection.execute("SELECT current_database()").fetchone()[0]
+    database = ctx.connection.execute("SELECT pg_catalog.current_database()").fetchone()[0]
     return done({"partition": database})
 
 HANDLERS = {("label", "print"): print_label}
@@ -316,12 +364,16 @@ $shards{b}->safe_psql('p3', 'CREATE EXTENSION gen_durable');
 	'-v', "partitions=$partitions", '-f', "$sharding/partition.sql" ]);
 is($err, '', 'p3 made again');
 $shards{b}->safe_psql('p3', q{CREATE FUNCTION ship(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$});
-is(routed('SELECT gd_router.copy_definitions(0, 3)'), '3', 'gd_router.copy_definitions: three FSM versions');
+is(routed('SELECT gd_router.copy_definitions(0, 3)'), '4', 'gd_router.copy_definitions: four FSM versions');
 is(on_partition(3, q{SELECT (SELECT count(*) FROM gd.steps WHERE fsm = 'order') || ' steps, rate ' ||
-                            (SELECT rate FROM gd.rate_limits WHERE name = 'api') || ', invoice owned by ' ||
-                            (SELECT owner::text FROM gd.fsms WHERE name = 'invoice') || ' granted to ' ||
-                            (SELECT string_agg(role::text, ',') FROM gd.grants WHERE fsm = 'invoice')}),
-	'3 steps, rate 10, invoice owned by alice granted to bob', 'p3 has the FSMs\' steps, owners, grants and the limit');
+                            (SELECT rate FROM gd.rate_limits WHERE name = 'api') || '; ' ||
+                            (SELECT string_agg(name || ' owned by ' || owner::text, ', ' ORDER BY name)
+                               FROM gd.fsms WHERE name IN ('invoice', 'report'))}),
+	'3 steps, rate 10; invoice owned by alice, report owned by "Team A"', 'p3 has the FSMs\' steps, owners and the limit');
+my $grants = q{SELECT string_agg(fsm || ' to ' || role::text || CASE WHEN accepted THEN ', accepted' ELSE '' END, '; '
+                                 ORDER BY fsm) FROM gd.grants};
+is(on_partition(0, $grants), 'invoice to bob; report to bob, accepted', 'p0\'s grants: one accepted, one not');
+is(on_partition(3, $grants), on_partition(0, $grants), 'p3 has them, accepted or not as on p0');
 my $key3 = key_on(3, 'late');
 my $late = routed("SELECT gd_insert('order', correlation_key => '$key3')");
 is(routed("SELECT status || ' on p' || ($late % $partitions) FROM gd_await($late, '10s', 'terminal')"), 'done on p3',
