@@ -437,7 +437,9 @@ void gd_note_round(WorkerSlot *slot, int pick_limit, int in_flight)
 
 namespace {
 
-/* Database names by oid, looked up once per read. */
+/* Database names by oid, looked up once per read; 0 for a dropped database,
+ * whose rows are left out: a database dropped and made again, or two dropped
+ * ones, would otherwise give rows the same labels (an exporter refuses that). */
 struct DatabaseNames {
     Oid oids[16];
     Datum names[16];
@@ -448,7 +450,7 @@ struct DatabaseNames {
             if (oids[i] == oid)
                 return names[i];
         char *found = get_database_name(oid);
-        Datum name = CStringGetTextDatum(found != nullptr ? found : "(dropped)");
+        Datum name = found != nullptr ? CStringGetTextDatum(found) : 0;
         if (count < static_cast<int>(lengthof(oids))) {
             oids[count] = oid;
             names[count++] = name;
@@ -554,7 +556,7 @@ GD_SQL_FUNCTION(gd_read_step_stats)
     };
     LWLockAcquire(lock_of(0), LW_SHARED);
     for (auto &entry : tables->steps.entries)
-        if (entry.used)
+        if (entry.used && databases.name(entry.key.database) != 0)
             emit(databases.name(entry.key.database), label_datum(entry.key.fsm, ""), label_datum(entry.key.step, ""),
                  CStringGetTextDatum(gd_step_kind(static_cast<StatEvent>(entry.key.event))), entry.counters);
     if (pg_atomic_read_u64(&tables->steps.other.count) > 0) {
@@ -635,6 +637,8 @@ GD_SQL_FUNCTION(gd_read_queue_counters)
         bool nulls[12] = {};
         values[0] = row.database == InvalidOid ? 0 : databases.name(row.database);
         nulls[0] = row.database == InvalidOid;
+        if (!nulls[0] && values[0] == 0)
+            continue;
         values[1] = label_datum(row.queue, "");
         values[2] = Int32GetDatum(row.executors);
         values[3] = Int64GetDatum(row.in_flight);
@@ -691,7 +695,7 @@ GD_SQL_FUNCTION(gd_read_limit_stats)
     };
     LWLockAcquire(lock_of(2), LW_SHARED);
     for (auto &entry : tables->limits.entries)
-        if (entry.used) {
+        if (entry.used && databases.name(entry.key.database) != 0) {
             bool unknown = entry.key.kind == static_cast<int32>(LimitKind::unknown_policy);
             emit(databases.name(entry.key.database), CStringGetTextDatum(kinds[entry.key.kind]),
                  label_datum(entry.key.name, ""), unknown ? &entry.key.fsm : nullptr,

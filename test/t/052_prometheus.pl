@@ -21,7 +21,8 @@ my $alerts = YAML::Tiny->read("$examples/alerts.yaml")->[0];
 
 # Steps of every kind have run, a rate limit held a partition back, a
 # concurrency key made one wait, and an external worker claimed a step.
-my $node = GdTest::start_node('prometheus', 'gen_durable.queues' => 'default:1');
+my $node = GdTest::start_node('prometheus', 'gen_durable.queues' => 'default:1',
+	'gen_durable.database' => 'postgres, scratch');
 $node->safe_psql('postgres', q{
 CREATE EXTENSION gen_durable;
 CREATE ROLE gd_monitor LOGIN IN ROLE pg_monitor;
@@ -50,6 +51,30 @@ SELECT count(*) FROM gd_claim('external', 'prometheus-test', 1);
 $node->poll_query_until('postgres', q{
 SELECT count(*) = 22 FROM gd.instances WHERE fsm = 'shop' AND status = 'done'})
   or die 'the steps did not run';
+
+# A served database dropped and made again, twice: its counters' rows are
+# not left behind under labels another row has too.
+for my $round (1 .. 3)
+{
+	$node->safe_psql('postgres', 'DROP DATABASE IF EXISTS scratch WITH (FORCE)') if $round > 1;
+	$node->safe_psql('postgres', 'CREATE DATABASE scratch');
+	$node->safe_psql('scratch', q{
+CREATE EXTENSION gen_durable;
+CREATE FUNCTION shop(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$;
+SELECT gd_define_fsm('shop', initial => 'reserve', steps => '{"reserve": {"handler": "public.shop(jsonb, gd.context)"}}');
+SELECT gd_set_rate_limit('api', rate => 100, per => '1 second');
+SELECT gd_insert('shop', rate_limit => 'api');
+});
+	$node->poll_query_until('scratch', q{SELECT count(*) = 1 FROM gd.instances WHERE status = 'done'})
+	  or die "the step in scratch did not run (round $round)";
+}
+is($node->safe_psql('postgres', q{
+SET ROLE gd_monitor;
+SELECT (SELECT count(*) - count(DISTINCT (database, fsm, step, kind)) FROM gd.step_stats)
+     + (SELECT count(*) - count(DISTINCT (database, kind, name, partition, fsm, step)) FROM gd.limit_stats)}), '0',
+	'no two rows of gd.step_stats or gd.limit_stats share their labels after databases were dropped');
+is($node->safe_psql('postgres', q{SET ROLE gd_monitor; SELECT count(*) FROM gd.step_stats WHERE database = 'scratch'}), '1',
+	'the database made again has its own row');
 
 # Each query: it runs, returns rows, and has every column its metrics name.
 for my $namespace (sort keys %$queries)
