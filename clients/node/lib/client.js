@@ -6,24 +6,7 @@
  */
 const pg = require('pg');
 const { interval } = require('./outcomes');
-
-const SQL = {
-  insert: `SELECT gd_insert($1, $2, step => $3, queue => $4, priority => $5, concurrency_key => $6,
-                            correlation_key => $7, correlation_scope => $8, rate_limit => $9, weight => $10,
-                            eligible_at => $11, schedule_in => $12::interval, on_duplicate => $13,
-                            trace_context => $14) AS id`,
-  insertAll: 'SELECT gd_insert_all AS id FROM gd_insert_all($1, $2)',
-  // The target's type picks the overload: an instance id, or a correlation key.
-  signalById: 'SELECT gd_signal($1::bigint, $2, $3, dedup_key => $4, missing_ok => $5) AS sent',
-  signalByKey: 'SELECT gd_signal($1::text, $2, $3, dedup_key => $4, missing_ok => $5) AS sent',
-  await: 'SELECT status, step, attempt, result, error FROM gd_await($1::bigint, $2::interval, $3)',
-  cancel: 'SELECT gd_cancel($1::bigint, $2) AS changed',
-  retry: 'SELECT gd_retry($1::bigint) AS changed',
-  get: `SELECT id, fsm, version, step, status, state, attempt, result, error, correlation_key, queue, parent_id,
-               created_at, updated_at, finished_at FROM gd.instances WHERE id = $1::bigint`,
-  drain: 'SELECT gd_drain($1, with_scheduled => $2, max_steps => $3) AS ran',
-  serverPort: "SELECT current_setting('port') AS port",
-};
+const { statements, SQL } = require('./sql');
 
 const INSERT_OPTIONS = ['step', 'queue', 'priority', 'concurrencyKey', 'correlationKey', 'correlationScope',
   'rateLimit', 'weight', 'eligibleAt', 'scheduleIn', 'onDuplicate', 'traceContext'];
@@ -83,6 +66,11 @@ class Client {
     if (this.own) await this.client.end();
   }
 
+  /** The statements that call the API on this connection. */
+  sql() {
+    return statements(this.client);
+  }
+
   async one(sql, parameters) {
     const { rows } = await this.client.query(sql, parameters);
     return rows[0];
@@ -90,32 +78,33 @@ class Client {
 
   /** gd_insert: the new instance's id, or null when onDuplicate: 'skip' skipped it. */
   async insert(fsm, state = {}, options = {}) {
-    return toId((await this.one(SQL.insert, insertParameters(fsm, state, options))).id);
+    return toId((await this.one((await this.sql()).insert, insertParameters(fsm, state, options))).id);
   }
 
   /** gd_insert_all: one instance per insert option object, in one statement. */
   async insertAll(fsm, entries) {
-    const { rows } = await this.client.query(SQL.insertAll, [fsm, JSON.stringify([...entries])]);
+    const { rows } = await this.client.query((await this.sql()).insertAll, [fsm, JSON.stringify([...entries])]);
     return rows.map((r) => toId(r.id));
   }
 
   /** gd_signal: false for a duplicate dedupKey; null with missingOk when the target is not live. */
   async signal(target, name, payload = {}, { dedupKey = null, missingOk = false } = {}) {
-    const sql = typeof target === 'string' ? SQL.signalByKey : SQL.signalById;
-    return (await this.one(sql, [target, name, JSON.stringify(payload), dedupKey, missingOk])).sent;
+    const sql = await this.sql();
+    const statement = typeof target === 'string' ? sql.signalByKey : sql.signalById;
+    return (await this.one(statement, [target, name, JSON.stringify(payload), dedupKey, missingOk])).sent;
   }
 
   /** gd_await: { status, step, attempt, result, error } once the instance settles (or ends: until 'terminal'). */
   async wait(id, { timeout = 5, until = 'settled' } = {}) {
-    return this.one(SQL.await, [id, interval(timeout), until]);
+    return this.one((await this.sql()).await, [id, interval(timeout), until]);
   }
 
   async cancel(id, reason = null) {
-    return (await this.one(SQL.cancel, [id, reason])).changed;
+    return (await this.one((await this.sql()).cancel, [id, reason])).changed;
   }
 
   async retry(id) {
-    return (await this.one(SQL.retry, [id])).changed;
+    return (await this.one((await this.sql()).retry, [id])).changed;
   }
 
   /** The instance's row of gd.instances, or null (none, or not one you may use). */
@@ -126,7 +115,7 @@ class Client {
 
   /** gd_drain, for tests: run your FSMs' runnable in-database steps of `queue` here, until none is left. */
   async drain(queue, { withScheduled = false, maxSteps = 1000 } = {}) {
-    return (await this.one(SQL.drain, [queue, withScheduled, maxSteps])).ran;
+    return (await this.one((await this.sql()).drain, [queue, withScheduled, maxSteps])).ran;
   }
 }
 

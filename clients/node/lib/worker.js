@@ -5,7 +5,9 @@
  * why of each rule):
  *
  *  - `concurrency` lanes, each with its own connection, claim up to `batch`
- *    steps at a time (round robin over `queues`) and run their handlers one
+ *    steps at a time (round robin over `queues`) of the FSMs it has
+ *    handlers for (gd_claim(fsms => ...): another FSM's steps on its queues,
+ *    or a grant to its role, never come its way) and run their handlers one
  *    after another in one transaction, each in a savepoint, completing them
  *    with one gd_complete_all: writes through ctx.connection commit with the
  *    step's outcome, exactly once; a raising handler is a failed attempt,
@@ -24,20 +26,10 @@
 const os = require('os');
 const { connect, toId } = require('./client');
 const { isOutcome, retry, interval } = require('./outcomes');
+const { statements, SQL } = require('./sql');
 
-const SQL = {
-  claim: `SELECT c.id, c.fsm, c.version, c.step, c.state, to_jsonb(c.ctx) AS ctx, c.lease_token::text AS token
-            FROM gd_claim($1, $2, $3, $4::interval) c`,
-  completeAll: `SELECT id, completed FROM gd_complete_all($1::bigint[], $2::bigint[],
-                  ARRAY(SELECT gd_outcome(o) FROM unnest($3::jsonb[]) WITH ORDINALITY AS u(o, n) ORDER BY n))`,
-  complete: 'SELECT gd_complete($1, $2, gd_outcome($3)) AS completed',
-  release: 'SELECT gd_release($1, $2)',
-  heartbeat: 'SELECT gd_heartbeat($1, $2, $3::interval) AS kept',
-  queuesOfSteps: `SELECT DISTINCT coalesce(s.queue, f.queue) AS queue FROM gd.steps s
-                    JOIN gd.fsms f ON f.name = s.fsm AND f.version = s.version
-                   WHERE (s.fsm, s.step) IN (SELECT * FROM unnest($1::text[], $2::text[])) ORDER BY 1`,
-};
 const INVALID_PARAMETER_VALUE = '22023';
+const INSUFFICIENT_PRIVILEGE = '42501';
 
 class LeaseLost extends Error {}
 
@@ -109,6 +101,12 @@ class Worker {
 
   handlerOf(claim) { return this.handlers.get(`${claim.fsm}/${claim.step}`); }
 
+  /** [fsm, step] of each handler. */
+  steps() { return [...this.handlers.keys()].map((k) => k.split('/')); }
+
+  /** The FSMs it has handlers for: the only ones it claims steps of. */
+  fsms() { return [...new Set(this.steps().map(([fsm]) => fsm))].sort(); }
+
   /** Drain and stop: no new claims; the batches in hand finish. */
   stop() {
     this.stopping = true;
@@ -141,7 +139,7 @@ class Worker {
 
   async resolveQueues() {
     if (this.queues && this.queues.length) return;
-    const steps = [...this.handlers.keys()].map((k) => k.split('/'));
+    const steps = this.steps();
     const { client } = await this.connect();
     try {
       const { rows } = await client.query(SQL.queuesOfSteps, [steps.map((s) => s[0]), steps.map((s) => s[1])]);
@@ -205,9 +203,21 @@ class Worker {
   }
 
   async claimAndRun(client, start) {
+    const { claim } = await statements(client);
+    const fsms = this.fsms();
     for (let offset = 0; offset < this.queues.length; offset++) {
       const queue = this.queues[(start + offset) % this.queues.length];
-      const { rows } = await client.query(SQL.claim, [queue, this.name, this.batch, interval(this.lease)]);
+      let rows;
+      try {
+        ({ rows } = await client.query(claim, [queue, this.name, this.batch, interval(this.lease), fsms]));
+      } catch (e) {
+        if (e.code !== INSUFFICIENT_PRIVILEGE) throw e;
+        // An FSM it has handlers for that its role may not use (not defined yet, not granted): said every poll.
+        this.log.warn(`worker ${this.name} claims nothing: ${e.message} (it has handlers for FSMs ` +
+          `${fsms.join(', ')}; trying again in ${this.poll} s)`);
+        await this.sleep(this.poll);
+        return 0;
+      }
       if (rows.length) {
         await this.runBatch(client, rows.map((r) => claimFrom(r, client)));
         return rows.length;
@@ -273,7 +283,7 @@ class Worker {
   async complete(client, claims, outcomes) {
     await client.query('SAVEPOINT gd_complete');
     try {
-      const { rows } = await client.query(SQL.completeAll,
+      const { rows } = await client.query((await statements(client)).completeAll,
         [claims.map((c) => c.id), claims.map((c) => c.token), outcomes.map((o) => JSON.stringify(o))]);
       await client.query('RELEASE SAVEPOINT gd_complete');
       return rows.map((r) => r.completed);
@@ -297,12 +307,14 @@ class Worker {
   }
 
   async completeOne(client, claim, outcome) {
-    const { rows } = await client.query(SQL.complete, [claim.id, claim.token, JSON.stringify(outcome)]);
+    const { complete } = await statements(client);
+    const { rows } = await client.query(complete, [claim.id, claim.token, JSON.stringify(outcome)]);
     return rows[0].completed;
   }
 
   async release(client, claims, why) {
-    for (const c of claims) await client.query(SQL.release, [c.id, c.token]);
+    const { release } = await statements(client);
+    for (const c of claims) await client.query(release, [c.id, c.token]);
     if (claims.length) {
       this.log.warn(`worker ${this.name} released ${claims.length} claims (${why}): ` +
         claims.map((c) => `${c.fsm}/${c.step} #${c.id}`).join(', '));
@@ -342,7 +354,7 @@ class Worker {
       while (!this.stopping) {
         await this.sleep(Math.max(this.lease / 3, 0.05));
         for (const [id, token] of [...this.inHand]) {
-          const { rows } = await client.query(SQL.heartbeat, [id, token, interval(this.lease)]);
+          const { rows } = await client.query((await statements(client)).heartbeat, [id, token, interval(this.lease)]);
           if (!rows[0].kept && this.inHand.has(id)) this.lost.add(id);
         }
       }

@@ -38,16 +38,27 @@ async function scope() {
       }
       throw new Error(`timed out waiting for ${what}`);
     },
-    async allIn(ids, status = 'done') {
+    async allIn(ids, status = 'done', timeout = 20) {
       await s.until(async () => {
         const { rows } = await db.query(
           'SELECT count(*)::int AS n FROM gd.instances WHERE id = ANY($1) AND status = $2', [ids, status]);
         return rows[0].n === ids.length;
-      }, `${ids.length} ${status}`);
+      }, `${ids.length} ${status}`, timeout);
     },
     end: () => db.end(),
   };
   return s;
+}
+
+/** Run the worker for the callback, then stop it and wait for its drain. */
+async function running(worker, body) {
+  const run = worker.run({ signals: false });
+  try {
+    await body();
+  } finally {
+    worker.stop();
+    await run;
+  }
 }
 
 /** A log that keeps what it is told. */
@@ -56,4 +67,4 @@ function captureLog() {
   return { messages, info: (m) => messages.push(m), warn: (m) => messages.push(m) };
 }
 
-module.exports = { DSN, admin, scope, captureLog };
+module.exports = { DSN, admin, scope, running, captureLog };

@@ -5,7 +5,7 @@ const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const { Client, Worker, nextStep, done, waitSignal, spawn, retry, stop } = require('..');
 const { NotifyWatch } = require('../lib/worker');
-const { DSN, scope, captureLog } = require('./support');
+const { DSN, scope, running, captureLog } = require('./support');
 
 async function setup(t) {
   const s = await scope();
@@ -34,17 +34,6 @@ async function setup(t) {
   const effects = async () => (await s.db.query(
     `SELECT instance::int, step, attempt FROM effects_${s.tag} ORDER BY 1, 2, 3`)).rows;
   return { s, fsm, otherQueue, client, handlers, worker, record, effects };
-}
-
-/** Run the worker for the callback, then stop it and wait for its drain. */
-async function running(worker, body) {
-  const run = worker.run({ signals: false });
-  try {
-    await body();
-  } finally {
-    worker.stop();
-    await run;
-  }
 }
 
 test('several queues, concurrency, and writes that commit exactly once with their outcomes', async (t) => {
@@ -144,6 +133,38 @@ test('steps without a handler are released, no attempt counted', async (t) => {
   const w = worker(h, { poll: 0.2 });
   await running(w, () => s.until(async () => w.log.messages.some((m) => m.includes('no handler')), 'the release'));
   assert.deepEqual(await s.status(id), { status: 'runnable', step: 'pack', attempt: 1 });
+});
+
+test('claims only steps of the FSMs it has handlers for', async (t) => {
+  const { s, fsm, client, handlers, worker } = await setup(t);
+  // Another FSM's steps on the same queue, ahead of these: a claim of any FSM's steps (a superuser's without
+  // fsms) would get them, hand them back and pause a poll, again and again.
+  const other = s.name('other');
+  await s.define(other, 'pack', { pack: null });
+  const others = await client.insertAll(other, Array(20).fill({ priority: 10 }));
+  const ids = await client.insertAll(fsm, Array.from({ length: 20 }, (_, n) => ({ state: { n } })));
+  const w = worker(handlers(), { batch: 5, poll: 30 });
+  await running(w, () => s.allIn(ids, 'done', 10));
+  assert.deepEqual(w.log.messages.filter((m) => m.includes('released')), []);
+  const { rows: [stats] } = await s.db.query('SELECT drained::int FROM gd.queue_stats WHERE queue = $1', [s.queue]);
+  assert.equal(stats.drained, 0);
+  const { rows } = await s.db.query('SELECT DISTINCT status, step, attempt FROM gd.instances WHERE id = ANY($1)',
+    [others]);
+  assert.deepEqual(rows, [{ status: 'runnable', step: 'pack', attempt: 1 }]);
+});
+
+test('a handler for an FSM it may not use holds its claims back until it may', async (t) => {
+  const { s, fsm, client, handlers, worker } = await setup(t);
+  const later = s.name('later');
+  const id = await client.insert(fsm, { n: 1 });
+  const w = worker(handlers({ [`${later}/work`]: () => done() }), { poll: 0.2 });
+  await running(w, async () => {
+    await s.until(async () => w.log.messages.some((m) => m.includes(`permission denied for FSM '${later}'`)),
+      'the warning');
+    assert.deepEqual(await s.status(id), { status: 'runnable', step: 'pack', attempt: 1 });
+    await s.define(later, 'work', { work: null });
+    await s.allIn([id]);
+  });
 });
 
 test('a lost lease rolls the batch back', async (t) => {
