@@ -6,18 +6,31 @@
  * prefix "gen_durable", so it reaches logical decoding consumers
  * (pg_recvlogical, Debezium, wal2json) in commit order with the rows its
  * transaction changed, and not at all if that transaction rolls back.
+ *
+ * Any role may write a message with that prefix (pg_logical_emit_message),
+ * so each of the engine's carries its transaction's id ("xid") and, last,
+ * "mac": the HMAC-SHA256 of the message up to it (with "}" in place of the
+ * mac member) under the database's event key (gd._event_key, made at
+ * CREATE EXTENSION; gd.event_key() for the consumer).  A consumer keeps the
+ * messages whose mac checks and whose xid is the transaction it arrived in
+ * (docs/reference.md, the event stream).
  */
 #include "executor.hpp"
 #include "guard.hpp"
 #include "stats.hpp"
 
 extern "C" {
+#include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/hmac.h"
+#include "common/sha2.h"
 #include "lib/stringinfo.h"
 #include "replication/message.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 }
 
@@ -33,6 +46,50 @@ void append_string_or_null(StringInfo json, const char *value)
 
 /* The instance's columns an event names, as text: fsm, version, step, status, attempt. */
 constexpr const char *EVENT_COLUMNS = "i.fsm, i.version::text, i.step, i.status, i.attempt::text";
+
+constexpr int EVENT_KEY_BYTES = 32;
+uint8 event_key[EVENT_KEY_BYTES];
+Oid event_key_table = InvalidOid; /* the table event_key was read from: another after the extension was made again */
+
+const uint8 *the_event_key()
+{
+    Oid table = get_relname_relid("_event_key", get_namespace_oid("gd", false));
+    if (table == event_key_table && OidIsValid(table))
+        return event_key;
+    if (SPI_connect() != SPI_OK_CONNECT)
+        elog(ERROR, "gen_durable: SPI_connect failed reading the event key");
+    bool isnull = true;
+    if (SPI_execute("SELECT k.key FROM gd._event_key k", true, 1) == SPI_OK_SELECT && SPI_processed == 1) {
+        bytea *key = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+        if (!isnull && VARSIZE_ANY_EXHDR(key) == EVENT_KEY_BYTES)
+            memcpy(event_key, VARDATA_ANY(key), EVENT_KEY_BYTES);
+        else
+            isnull = true;
+    }
+    SPI_finish();
+    if (isnull)
+        elog(ERROR, "gen_durable: the event key (gd._event_key) is missing");
+    event_key_table = table;
+    return event_key;
+}
+
+/* End the event's JSON object with its "mac" member (see above). */
+void sign(StringInfo json)
+{
+    pg_hmac_ctx *hmac = pg_hmac_create(PG_SHA256);
+    uint8 mac[PG_SHA256_DIGEST_LENGTH];
+    if (hmac == nullptr || pg_hmac_init(hmac, the_event_key(), EVENT_KEY_BYTES) < 0 ||
+        pg_hmac_update(hmac, reinterpret_cast<const uint8 *>(json->data), json->len) < 0 ||
+        pg_hmac_final(hmac, mac, sizeof(mac)) < 0)
+        elog(ERROR, "gen_durable: signing an event failed: %s", hmac ? pg_hmac_error(hmac) : "out of memory");
+    pg_hmac_free(hmac);
+    json->len--; /* the closing brace, signed; the mac member goes before it */
+    json->data[json->len] = '\0';
+    appendStringInfoString(json, ", \"mac\": \"");
+    for (uint8 byte : mac)
+        appendStringInfo(json, "%02x", byte);
+    appendStringInfoString(json, "\"}");
+}
 
 } // namespace
 
@@ -52,8 +109,9 @@ void gd_emit_event(const InstanceEvent &e)
     append_string_or_null(&json, e.next_step);
     appendStringInfoString(&json, ", \"kind\": ");
     append_string_or_null(&json, e.kind);
-    appendStringInfo(&json, ", \"attempt\": %d, \"at\": \"%s\"}", e.attempt,
-                     timestamptz_to_str(GetCurrentTimestamp()));
+    appendStringInfo(&json, ", \"attempt\": %d, \"at\": \"%s\", \"xid\": %u}", e.attempt,
+                     timestamptz_to_str(GetCurrentTimestamp()), GetTopTransactionId());
+    sign(&json);
     LogLogicalMessage("gen_durable", json.data, json.len, true);
     pfree(json.data);
 }
@@ -130,4 +188,14 @@ GD_SQL_FUNCTION(gd_emit_inserted)
     }
     SPI_finish();
     PG_RETURN_VOID();
+}
+
+/* gd._new_event_key() → bytea: a new event key, from the strong random source. */
+GD_SQL_FUNCTION(gd_new_event_key)
+{
+    bytea *key = static_cast<bytea *>(palloc(VARHDRSZ + EVENT_KEY_BYTES));
+    SET_VARSIZE(key, VARHDRSZ + EVENT_KEY_BYTES);
+    if (!pg_strong_random(VARDATA(key), EVENT_KEY_BYTES))
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR), errmsg("gen_durable: could not generate a random event key")));
+    PG_RETURN_BYTEA_P(key);
 }

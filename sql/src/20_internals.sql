@@ -22,6 +22,18 @@ CREATE OR REPLACE FUNCTION gd._wake_awaiters_on_commit(id bigint) RETURNS void
 -- The event stream's events of instances just inserted (src/events.cpp; nothing when gen_durable.events is off).
 CREATE OR REPLACE FUNCTION gd._emit_inserted(ids bigint[]) RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_emit_inserted';
+-- The event stream's key: every message the engine writes carries the
+-- HMAC-SHA256 of its content under it, which no other role can make.  One
+-- per database, made by CREATE EXTENSION (not dumped: a restored database
+-- gets its own); gd.event_key() hands it to a consumer (superusers, and
+-- roles granted EXECUTE on it).
+CREATE TABLE IF NOT EXISTS gd._event_key (key bytea NOT NULL CHECK (length(key) = 32));
+CREATE UNIQUE INDEX IF NOT EXISTS event_key_one_row ON gd._event_key ((true));
+CREATE OR REPLACE FUNCTION gd._new_event_key() RETURNS bytea
+    LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'gd_new_event_key';
+INSERT INTO gd._event_key SELECT gd._new_event_key() ON CONFLICT DO NOTHING;
+CREATE OR REPLACE FUNCTION gd.event_key() RETURNS bytea LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
+CREATE OR REPLACE FUNCTION gd._event_key() RETURNS bytea LANGUAGE sql STABLE AS $$ SELECT k.key FROM gd._event_key k $$;
 CREATE OR REPLACE FUNCTION gd._wake_reaper_on_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_reaper_on_commit';
 -- The instances at a step follow it to its new queue (NULL: their home

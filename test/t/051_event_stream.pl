@@ -10,6 +10,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use GdTest;
+use IPC::Run;
 
 my $node = GdTest::start_node('events', wal_level => 'logical', max_replication_slots => 4,
 	'gen_durable.events' => 'transitions');
@@ -100,5 +101,56 @@ my ($out, $err) = (q{}, q{});
 $node->psql('postgres', q{CREATE ROLE plain_user; SET ROLE plain_user; SET gen_durable.events = off;},
 	stdout => \$out, stderr => \$err);
 like($err, qr/permission denied to set parameter "gen_durable.events"/, 'only a superuser may turn it off in a session');
+
+# Any role may write a message with the prefix: a consumer tells the engine's
+# by the documented check (docs/reference.md): the mac under gd.event_key(),
+# and the xid of the transaction the message arrived in.  The check, as a
+# consumer would write it, reads "xid<TAB>content" lines.
+my $check = <<'PYTHON';
+import hashlib, hmac, json, sys
+key = bytes.fromhex(sys.argv[1])
+for line in sys.stdin.read().splitlines():
+    xid, content = line.split("\t", 1)
+    suffix = len(', "mac": "') + 64 + len('"}')
+    body, mac = content[:-suffix] + "}", content[-66:-2]
+    genuine = (content.endswith('"}') and hmac.compare_digest(hmac.new(key, body.encode(), hashlib.sha256).hexdigest(), mac)
+               and json.loads(body).get("xid") == int(xid))
+    print("engine" if genuine else "forged")
+PYTHON
+$node->safe_psql('postgres', q{
+CREATE ROLE forger;
+GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO forger;
+CREATE TABLE copied (content text);
+GRANT ALL ON copied TO forger;});
+my $key = $node->safe_psql('postgres', q{SELECT encode(gd.event_key(), 'hex')});
+like($key, qr/^[0-9a-f]{64}$/, 'gd.event_key() gives a superuser the database\'s 32-byte key');
+is($node->psql('postgres', q{SET ROLE forger; SELECT gd.event_key()}), 3, 'and no one else');
+my $genuine = $node->safe_psql('postgres', q{SELECT gd_insert('walk')});
+$node->poll_query_until('postgres', "SELECT status = 'done' FROM gd.instances WHERE id = $genuine") or die;
+my $stream = $node->safe_psql('postgres', q{
+SELECT xid || E'\t' || substring(data FROM 'content:(.*)$') FROM pg_logical_slot_peek_changes('events', NULL, NULL)
+ WHERE data LIKE 'message: transactional: 1 prefix: gen_durable,%'});
+$node->safe_psql('postgres', q{INSERT INTO copied SELECT substring(data FROM 'content:(.*)$')
+  FROM pg_logical_slot_get_changes('events', NULL, NULL) WHERE data LIKE 'message: transactional: 1 prefix: gen_durable,%'});
+my $verdicts = sub {
+	my ($lines) = @_;
+	my ($stdout, $stderr) = ('', '');
+	IPC::Run::run([ '/usr/bin/python3', '-c', $check, $key ], '<', \$lines, '>', \$stdout, '2>', \$stderr);
+	die $stderr if $stderr;
+	return join(',', split /\n/, $stdout);
+};
+is($verdicts->($stream), 'engine,engine,engine,engine', 'the engine\'s messages pass the check');
+$node->safe_psql('postgres', qq{
+SET ROLE forger;
+SELECT pg_logical_emit_message(true, 'gen_durable',
+  '{"id": $parked, "fsm": "parked", "version": 1, "step": "end", "from": "runnable", "to": "done", "next_step": "end", "kind": "done", "attempt": 1, "at": "2026-01-01 00:00:00+00"}');
+SELECT pg_logical_emit_message(true, 'gen_durable',
+  '{"id": $parked, "fsm": "parked", "version": 1, "step": "end", "from": "runnable", "to": "done", "next_step": "end", "kind": "done", "attempt": 1, "at": "2026-01-01 00:00:00+00", "xid": ' || txid_current() || ', "mac": "' || repeat('ab', 32) || '"}');
+SELECT pg_logical_emit_message(true, 'gen_durable', c.content) FROM copied c LIMIT 1;});
+my $forged = $node->safe_psql('postgres', q{
+SELECT xid || E'\t' || substring(data FROM 'content:(.*)$') FROM pg_logical_slot_get_changes('events', NULL, NULL)
+ WHERE data LIKE 'message: transactional: 1 prefix: gen_durable,%'});
+is($verdicts->($forged), 'forged,forged,forged',
+	'a forger\'s messages do not: without a mac, with a made-up one, or a copy of the engine\'s in another transaction');
 
 done_testing();
