@@ -107,8 +107,9 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
     -- roles; each partition resolves them.  Each partition applies a
     -- definition in its own transaction: one that a partition refuses may
     -- hold on others; definitions can be made again.)
-    ('define_fsm_all(name text, initial text, queue text, version int, state_defaults jsonb, steps jsonb, history boolean)',
-     'SETOF int', 'ALL', 'SELECT @api@.gd_define_fsm(name, initial, queue, version, state_defaults, steps, history)'),
+    ($$define_fsm_all(name text, initial text, queue text, version int, state_defaults jsonb, steps jsonb,
+                      history boolean)$$, 'SETOF int', 'ALL',
+     'SELECT @api@.gd_define_fsm(name, initial, queue, version, state_defaults, steps, history)'),
     ($$define_step_all(fsm text, step text, handler text, max_attempts int, backoff interval, max_backoff interval,
                        timeout interval, version int, rate_limit text, queue text)$$, 'SETOF int', 'ALL',
      $$SELECT 1 FROM @api@.gd_define_step(fsm, step, handler::pg_catalog.regprocedure, max_attempts, backoff,
