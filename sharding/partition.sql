@@ -68,9 +68,9 @@ SET search_path = pg_catalog, pg_temp AS $$
 $$;
 -- Each FSM is defined as its owner.  Each grant is made as the FSM's owner
 -- makes it (so not accepted, unless to one of the owner's own roles), then
--- accepted if it was on the source partition.  (search_path pinned: the API
--- is found in the extension's schema, nothing in a schema a tenant could
--- create.)
+-- accepted if it was on the source partition.  (A role is set as regrole
+-- writes it, quoted where it must be.  search_path pinned: the API is found
+-- in the extension's schema, nothing in a schema a tenant could create.)
 CREATE OR REPLACE FUNCTION gd_sharding.apply_definitions(definitions jsonb) RETURNS int LANGUAGE plpgsql
 SET search_path = pg_catalog, :api, pg_temp AS $$
 DECLARE
