@@ -27,6 +27,7 @@ extern "C" {
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -118,19 +119,57 @@ struct Completion {
     bool completed; /* set by complete_claims */
 };
 
-/* Count and log a completion whose token no longer owns its row (under the row's queue, if it is still there). */
-void drop_stale_outcome(const Completion &claim)
+/*
+ * Count the completions whose tokens no longer own their rows, and say so in
+ * the server log: one line per caller at most every STALE_LOG_INTERVAL_S
+ * (with what was dropped meanwhile), without the statement, naming only
+ * instances the caller may use.  An id the caller may not use (or that does
+ * not exist) is counted in gd.stats alone: its queue's counter would tell the
+ * caller it exists.
+ */
+constexpr int STALE_LOG_INTERVAL_S = 10;
+constexpr int STALE_IDS_LOGGED = 5;
+TimestampTz stale_logged_at = 0;
+uint64 stale_unlogged = 0;
+
+void drop_stale_outcomes(const Completion *claims, int n, Oid caller)
 {
-    static SPIPlanPtr queue_plan = nullptr;
-    gd_count(StatEvent::outcome_stale);
-    Datum args[1] = {Int64GetDatum(claim.id)};
-    if (gd_run_kept(queue_plan, "SELECT i.queue FROM gd._instances i WHERE i.id = $1", {INT8OID}, args, true, 1) ==
-            SPI_OK_SELECT &&
-        SPI_processed == 1)
-        gd_count_queue(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), QueueEvent::stale_outcomes);
-    ereport(LOG, (errmsg("gen_durable: dropped a stale outcome for instance " INT64_FORMAT
-                         ": lease token " INT64_FORMAT " no longer owns it",
-                         claim.id, claim.token)));
+    static SPIPlanPtr usable_plan = nullptr;
+    Datum *stale = static_cast<Datum *>(palloc(sizeof(Datum) * Max(n, 1)));
+    int stale_count = 0;
+    for (int k = 0; k < n; k++)
+        if (!claims[k].completed)
+            stale[stale_count++] = Int64GetDatum(claims[k].id);
+    if (stale_count == 0)
+        return;
+    gd_count(StatEvent::outcome_stale, static_cast<uint64>(stale_count));
+    Datum args[2] = {PointerGetDatum(construct_array(stale, stale_count, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE)),
+                     ObjectIdGetDatum(caller)};
+    if (gd_run_kept(usable_plan,
+                    "SELECT i.id, i.queue FROM gd._instances i"
+                    " WHERE i.id = ANY ($1) AND gd._may_use_instance($2, i.owner, i.fsm) ORDER BY i.id",
+                    {INT8ARRAYOID, OIDOID}, args, true, 0) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: looking up stale outcomes failed");
+    StringInfoData usable;
+    initStringInfo(&usable);
+    for (uint64 r = 0; r < SPI_processed; r++) {
+        gd_count_queue(SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2), QueueEvent::stale_outcomes);
+        if (r < STALE_IDS_LOGGED)
+            appendStringInfo(&usable, "%s%s", r == 0 ? "" : ", ", SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1));
+    }
+    if (SPI_processed > STALE_IDS_LOGGED)
+        appendStringInfo(&usable, " and " UINT64_FORMAT " more", SPI_processed - STALE_IDS_LOGGED);
+    stale_unlogged += static_cast<uint64>(stale_count);
+    TimestampTz now = GetCurrentTimestamp();
+    if (!TimestampDifferenceExceeds(stale_logged_at, now, STALE_LOG_INTERVAL_S * 1000))
+        return;
+    ereport(LOG, (errmsg("gen_durable: dropped " UINT64_FORMAT " stale outcome%s of role \"%s\": lease tokens that no longer "
+                         "own their instances%s%s",
+                         stale_unlogged, stale_unlogged == 1 ? "" : "s", GetUserNameFromId(caller, true),
+                         usable.len > 0 ? "; among them instances " : "", usable.data),
+                  errhidestmt(true)));
+    stale_logged_at = now;
+    stale_unlogged = 0;
 }
 
 /* Apply one owned claim's outcome, produced by `caller`; its transition joins `completions`. */
@@ -210,9 +249,7 @@ void complete_claims(Completion *claims, int n)
     }
     gd_flush_transitions(completions);
     gd_release_concurrency_keys();
-    for (int k = 0; k < n; k++)
-        if (!claims[k].completed)
-            drop_stale_outcome(claims[k]);
+    drop_stale_outcomes(claims, n, caller);
     SPI_finish();
 }
 

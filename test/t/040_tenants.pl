@@ -555,6 +555,26 @@ is((as_role('alice', q{SELECT count(*) FROM gd.instances WHERE fsm LIKE 'b%'}))[
 	is(wait_ended($a3), 'done', 'bob exhausting his tokens of api leaves alice\'s');
 }
 
+# ------------------------------------------- stale outcomes tell bob nothing
+{
+	my $theirs = superuser(q{SELECT min(id) FROM gd._instances WHERE fsm = 'aext' AND status = 'executing'});
+	my $stale_before = superuser(q{SELECT stale_outcomes FROM gd.queue_stats WHERE queue = 'ext'});
+	my $off = -s $node->logfile;
+	my $padding = '-- ' . ('x' x 100_000);
+	my ($completed) = as_role('bob', qq{SELECT count(*) FILTER (WHERE completed) FROM gd_complete_all(
+		ARRAY(SELECT $theirs + g FROM generate_series(0, 1999) g), array_fill(1::bigint, ARRAY[2000]),
+		array_fill(gd_done(), ARRAY[2000]))
+$padding});
+	is($completed, '0', 'bob completes none of 2000 ids of alice\'s and others');
+	my $log = slurp_file($node->logfile, $off);
+	my @lines = $log =~ /^.*stale outcome.*$/mg;
+	is(scalar(@lines), 1, 'the server log says so in one line');
+	unlike($lines[0], qr/\b$theirs\b/, 'which names no instance of alice\'s');
+	unlike($log, qr/stale outcome[^\n]*\n[^\n]*STATEMENT:/, 'nor repeats the statement');
+	is(superuser(q{SELECT stale_outcomes FROM gd.queue_stats WHERE queue = 'ext'}), $stale_before,
+		'and her queue\'s stale_outcomes did not count them: it would tell bob which ids exist');
+}
+
 # ------------------------------------------- no timing tells bob of alice's
 {
 	my ($slow) = as_role('alice', q{SELECT gd_insert('aslow', '{"sleep": 6}')});
