@@ -2,16 +2,19 @@
 escaped), refreshed in place every 2 s by static/live.js; each action is a
 POST from a confirmation page, carrying the CSRF token of its browser (a
 random cookie repeated in the form), run as the dashboard's role through the
-API, whose refusal is shown as it is."""
+API, whose refusal is shown as it is.  It answers only to its own host
+names (DNS rebinding), refuses to run as a superuser unless told to, and
+answers a parameter it will not send to PostgreSQL with 400."""
 
 import contextlib
 import datetime
 import hmac
+import ipaddress
 import json
 import os
 import secrets
 import time
-from typing import Any, Optional
+from typing import Any, Iterable, List
 from urllib.parse import urlencode
 
 import psycopg
@@ -19,8 +22,10 @@ from markupsafe import Markup
 from psycopg_pool import ConnectionPool
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -31,25 +36,83 @@ HERE = os.path.dirname(__file__)
 CSRF_COOKIE = "gd_web_csrf"
 LIVE_HEADER = "x-gd-live"  # static/live.js asks for the page's live part only
 QUEUE_STATS_SECONDS = 5.0
+CONNECTION = {"application_name": "gd-web"}
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+class Refusal(RuntimeError):
+    """The database or the role the dashboard was given is not one it runs on."""
+
+
+class Session(psycopg.Connection):
+    """A connection that knows the schema of the API functions, looked up when it was opened."""
+    api_schema = ""
+
+
+def default_hosts(host: str, port: int) -> List[str]:
+    """The Host headers of the address the dashboard listens on, with its port and without (behind a proxy on
+    port 80), and those of localhost's other names when it is a loopback address."""
+    names = [f"[{host}]" if ":" in host else host]
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            names += LOOPBACK_NAMES
+    return [name for base in dict.fromkeys(names) for name in (f"{base}:{port}", base)]
+
+
+class AllowedHosts:
+    """Answers only requests for one of the dashboard's own host names.  A page elsewhere can rebind its own name
+    to this address (DNS rebinding) and then read and post as if it were the dashboard's, same origin, CSRF
+    cookie included: its requests carry that foreign name as Host, and get 400 before anything is read or done."""
+
+    def __init__(self, app, hosts: Iterable[str]):
+        self.app, self.hosts = app, {host.lower() for host in hosts}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host", "")
+            if host.lower() not in self.hosts:
+                response = PlainTextResponse(f"gd-web: this dashboard does not answer to the host {host!r} "
+                                             f"(see --allowed-hosts)\n", 400,
+                                             headers={"X-Content-Type-Options": "nosniff"})
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 class Dashboard:
-    def __init__(self, dsn: str, sample_seconds: float = charts.SAMPLE_SECONDS):
-        self.pool = ConnectionPool(dsn, min_size=1, max_size=4, open=False,
-                                   kwargs={"application_name": "gd-web"})
+    def __init__(self, dsn: str, sample_seconds: float = charts.SAMPLE_SECONDS, allow_superuser: bool = False):
+        self.dsn, self.allow_superuser = dsn, allow_superuser
+        self.pool = ConnectionPool(dsn, min_size=1, max_size=4, open=False, kwargs=CONNECTION,
+                                   connection_class=Session, configure=self.prepare)
         self.sampler = charts.Sampler(self.pool, self.queues, sample_seconds)
         self.templates = Jinja2Templates(directory=os.path.join(HERE, "templates"), autoescape=True)
         self.templates.env.filters["json"] = pretty_json
         self.templates.env.globals["sparkline"] = lambda points: Markup(charts.sparkline(points))
-        self.schema: Optional[str] = None
         # gd.queue_stats and the claims count every instance: read at most every few seconds
         self.queue_cache = (0.0, [], [])
 
     # -- life ---------------------------------------------------------------
+
+    def prepare(self, conn: Session):
+        """Each new connection: the API's schema, or a refusal of a database without it or of a superuser (who
+        would see and may act on every tenant's instances)."""
+        found = data.session(conn)
+        conn.commit()
+        if found["api_schema"] is None:
+            raise Refusal("gd-web: gen_durable is not installed in this database")
+        if found["superuser"] and not self.allow_superuser:
+            raise Refusal(f"gd-web: role {found['role']} is a superuser: it sees and may act on every tenant's "
+                          f"instances.  Connect as a role granted what the dashboard needs (web/README.md, "
+                          f"\"Whose rights\"), or give --allow-superuser to run as it anyway")
+        conn.api_schema = found["api_schema"]
+
+    def check(self):
+        """A refusal said at once, rather than by the pool retrying its connections."""
+        with Session.connect(self.dsn, **CONNECTION) as conn:
+            self.prepare(conn)
 
     def startup(self):
         self.pool.open(wait=True, timeout=30)
@@ -58,13 +121,6 @@ class Dashboard:
     def shutdown(self):
         self.sampler.stop()
         self.pool.close()
-
-    def api_schema(self, conn) -> str:
-        if self.schema is None:
-            self.schema = data.api_schema(conn)
-        if self.schema is None:
-            raise psycopg.errors.UndefinedObject("gen_durable is not installed in this database")
-        return self.schema
 
     # -- rendering -----------------------------------------------------------
 
@@ -84,6 +140,9 @@ class Dashboard:
 
     def refused(self, request: Request, message: str, status_code: int) -> Response:
         return self.render(request, "refused.html", status_code=status_code, message=message)
+
+    def bad_input(self, request: Request, error: data.BadInput) -> Response:
+        return self.refused(request, f"gd-web: {error}", 400)
 
     # -- pages ---------------------------------------------------------------
 
@@ -110,18 +169,15 @@ class Dashboard:
 
     def instance_list(self, request: Request) -> Response:
         flt = data.InstanceFilter.from_query(request.query_params)
-        after = request.query_params.get("after", "")
-        try:
-            with self.pool.connection() as conn:
-                page, next_cursor = data.instances(conn, flt, after)
-                options = data.choices(conn)
-        except (psycopg.errors.InvalidDatetimeFormat, psycopg.errors.DatetimeFieldOverflow) as error:
-            return self.refused(request, f"gd-web: bad time in the filter: {error.diag.message_primary}", 400)
+        after = data.text(request.query_params, "after")
+        with self.pool.connection() as conn:
+            page, next_cursor = data.instances(conn, flt, after)
+            options = data.choices(conn)
         return self.render(request, "instances.html", flt=flt, page=page, next_cursor=next_cursor,
                            options=options, statuses=data.STATUSES, first_page=not after)
 
     def instance_page(self, request: Request) -> Response:
-        instance_id = int(request.path_params["id"])
+        instance_id = _instance_id(request.path_params["id"])
         with self.pool.connection() as conn:
             found = data.instance(conn, instance_id)
             if found is None:
@@ -145,7 +201,7 @@ class Dashboard:
         if action not in ACTIONS:
             return self.refused(request, f"gd-web: no action {action!r}", 404)
         flt = data.InstanceFilter.from_query(request.query_params)
-        target = request.query_params.get("target", "")
+        target = _target(action, request.query_params)
         count = None
         if action in ("bulk_cancel", "bulk_retry"):
             with self.pool.connection() as conn:
@@ -154,59 +210,59 @@ class Dashboard:
                            count=count, bulk_limit=data.BULK_LIMIT)
 
     async def act(self, request: Request) -> Response:
-        form = await request.form()
-        cookie = request.cookies.get(CSRF_COOKIE, "")
-        if not cookie or not hmac.compare_digest(cookie, str(form.get("csrf", ""))):
-            return self.refused(request, "gd-web: this form's CSRF token is missing or wrong: open the page again", 403)
-        action = request.path_params["action"]
-        if action not in ACTIONS:
-            return self.refused(request, f"gd-web: no action {action!r}", 404)
-        return await run_in_threadpool(self._act, request, action, form)
+        async with request.form() as form:  # closes the files a form may carry
+            cookie, csrf = request.cookies.get(CSRF_COOKIE, ""), str(form.get("csrf", ""))
+            # as bytes: compare_digest refuses str beyond ASCII
+            if not cookie or not hmac.compare_digest(cookie.encode(), csrf.encode()):
+                return self.refused(request, "gd-web: this form's CSRF token is missing or wrong: open the page "
+                                             "again", 403)
+            action = request.path_params["action"]
+            if action not in ACTIONS:
+                return self.refused(request, f"gd-web: no action {action!r}", 404)
+            return await run_in_threadpool(self._act, request, action, form)
 
     def _act(self, request: Request, action: str, form) -> Response:
-        target = str(form.get("target", ""))
+        target = _target(action, form)
         flt = data.InstanceFilter.from_query(form)
         try:
             with self.pool.connection() as conn:
-                schema = self.api_schema(conn)
-                notice, back = ACTION_RUNNERS[action](conn, schema, target, form, flt)
-        except (ValueError, json.JSONDecodeError) as error:
-            return self.refused(request, f"gd-web: {error}", 400)
+                notice, back = ACTION_RUNNERS[action](conn, conn.api_schema, target, form, flt)
         except psycopg.Error as error:
             status = 403 if error.sqlstate == "42501" else 400
             return self.refused(request, f"{error.diag.message_primary} (SQLSTATE {error.sqlstate})", status)
         return RedirectResponse(f"{back}{'&' if '?' in back else '?'}{urlencode({'notice': notice})}", status_code=303)
 
 
-def _instance_id(target: str) -> int:
-    if not target.isdigit():
-        raise ValueError(f"an instance id is a number, got {target!r}")
-    return int(target)
+def _instance_id(value: str) -> int:
+    return data.integer(value, 1, data.INT8, "an instance id")
 
 
-def _run_cancel(conn, schema, target, form, flt):
-    instance_id = _instance_id(target)
-    done = data.cancel(conn, schema, instance_id, str(form.get("reason", "")))
+def _target(action: str, source):
+    """What the action applies to: an instance id, a queue's name, or nothing (a bulk action's filter)."""
+    target = data.text(source, "target")
+    return _instance_id(target) if action in INSTANCE_ACTIONS else target
+
+
+def _run_cancel(conn, schema, instance_id, form, flt):
+    done = data.cancel(conn, schema, instance_id, data.text(form, "reason"))
     return (f"instance {instance_id} cancelled" if done else
             f"instance {instance_id} was not cancelled: it is not live, or this role may not use it",
             f"/instances/{instance_id}")
 
 
-def _run_retry(conn, schema, target, form, flt):
-    instance_id = _instance_id(target)
+def _run_retry(conn, schema, instance_id, form, flt):
     done = data.retry(conn, schema, instance_id)
     return (f"instance {instance_id} retried" if done else
             f"instance {instance_id} was not retried: it is not failed, or this role may not use it",
             f"/instances/{instance_id}")
 
 
-def _run_signal(conn, schema, target, form, flt):
-    instance_id = _instance_id(target)
-    name = str(form.get("name", "")).strip()
+def _run_signal(conn, schema, instance_id, form, flt):
+    name = data.text(form, "name")
     if not name:
-        raise ValueError("a signal needs a name")
-    payload = json.loads(str(form.get("payload", "") or "{}"))
-    stored = data.signal(conn, schema, instance_id, name, payload, str(form.get("dedup_key", "")).strip())
+        raise data.BadInput("a signal needs a name")
+    stored = data.signal(conn, schema, instance_id, name, data.text(form, "payload") or "{}",
+                         data.text(form, "dedup_key"))
     return (f"signal {name} delivered to instance {instance_id}" if stored else
             f"signal {name} was already delivered to instance {instance_id} (same dedup key)",
             f"/instances/{instance_id}")
@@ -228,6 +284,7 @@ def _run_bulk(statuses, one):
     return run
 
 
+INSTANCE_ACTIONS = ("cancel", "retry", "signal")
 BULK_STATUSES = {"bulk_cancel": ("runnable", "executing", "awaiting_signal", "awaiting_children"),
                  "bulk_retry": ("failed",)}
 ACTIONS = {"cancel": "Cancel instance", "retry": "Retry instance", "signal": "Signal instance",
@@ -242,12 +299,16 @@ ACTION_RUNNERS = {
 }
 
 
-def create_app(dsn: str, sample_seconds: float = charts.SAMPLE_SECONDS) -> Starlette:
-    board = Dashboard(dsn, sample_seconds)
+def create_app(dsn: str, allowed_hosts: Iterable[str], sample_seconds: float = charts.SAMPLE_SECONDS,
+               allow_superuser: bool = False) -> Starlette:
+    """The dashboard as the role of `dsn`, answering to the Host headers `allowed_hosts` (as browsers send them:
+    name, or name:port); Refusal (or psycopg's OperationalError) when it may not, or cannot, run on that database."""
+    board = Dashboard(dsn, sample_seconds, allow_superuser)
+    board.check()
     routes = [
         Route("/", board.overview),
         Route("/instances", board.instance_list),
-        Route("/instances/{id:int}", board.instance_page),
+        Route("/instances/{id}", board.instance_page),
         Route("/schedules", board.schedules_page),
         Route("/confirm/{action}", board.confirm),
         Route("/act/{action}", board.act, methods=["POST"]),
@@ -262,4 +323,5 @@ def create_app(dsn: str, sample_seconds: float = charts.SAMPLE_SECONDS) -> Starl
         finally:
             await run_in_threadpool(board.shutdown)
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(AllowedHosts, hosts=allowed_hosts)],
+                     exception_handlers={data.BadInput: board.bad_input})

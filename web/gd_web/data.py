@@ -1,20 +1,50 @@
 """What the dashboard reads and does: every statement, each run on a
 connection of the dashboard's role, so the views show that role's rows and
 the API decides what it may do.  Reads go through the views of schema gd;
-actions through the API functions, qualified with the extension's schema."""
+actions through the API functions, qualified with the extension's schema.
+Every name is qualified (built-ins with pg_catalog, operators written
+OPERATOR(pg_catalog.x)): a role with CREATE on the database could make a
+schema named after the dashboard's role ("$user" of the default search_path)
+holding functions and operators of the same names, or of closer argument
+types than the built-ins'.  What a request gives is checked here before it
+reaches PostgreSQL, and refused with BadInput."""
 
 import dataclasses
 import datetime
 import math
+import re
 from typing import Any, Dict, List, Optional, Sequence
 
+import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 STATUSES = ("runnable", "executing", "awaiting_signal", "awaiting_children", "done", "failed", "cancelled")
 PAGE_SIZE = 50
 BULK_LIMIT = 1000  # instances one bulk action changes at most
+SORTS = ("newest", "oldest", "priority")
+INT4, INT8 = 2 ** 31 - 1, 2 ** 63 - 1
+
+
+class BadInput(ValueError):
+    """A request's parameter the dashboard will not send: answered 400 with this message."""
+
+
+def text(source, name: str) -> str:
+    """A text parameter of a query string or form, stripped (PostgreSQL's text holds no NUL byte)."""
+    value = source.get(name) or ""
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be text, not a file")
+    if "\x00" in value:
+        raise BadInput(f"{name} contains a NUL byte")
+    return value.strip()
+
+
+def integer(value: str, low: int, high: int, what: str) -> int:
+    """value as an integer from low to high (the range of the PostgreSQL type it goes to)."""
+    if not re.fullmatch(r"-?[0-9]{1,20}", value) or not low <= int(value) <= high:
+        raise BadInput(f"{what} must be an integer from {low} to {high}, got {value[:40]!r}")
+    return int(value)
 
 
 def rows(conn, query, params: Sequence[Any] = ()) -> List[Dict[str, Any]]:
@@ -23,11 +53,14 @@ def rows(conn, query, params: Sequence[Any] = ()) -> List[Dict[str, Any]]:
         return cur.fetchall()
 
 
-def api_schema(conn) -> Optional[str]:
-    """The schema of the API functions (CREATE EXTENSION's), or None without the extension."""
-    found = rows(conn, "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
-                       " WHERE e.extname = 'gen_durable'")
-    return found[0]["nspname"] if found else None
+def session(conn) -> Dict[str, Any]:
+    """The schema of the API functions (CREATE EXTENSION's; None without the extension), the session's role and
+    whether it is a superuser now (is_superuser follows SET ROLE, and a role set by the connection string)."""
+    return rows(conn, "SELECT (SELECT n.nspname FROM pg_catalog.pg_extension e"
+                      "          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace"
+                      "         WHERE e.extname OPERATOR(pg_catalog.=) 'gen_durable') AS api_schema,"
+                      "       current_user AS role,"
+                      "       pg_catalog.current_setting('is_superuser') OPERATOR(pg_catalog.=) 'on' AS superuser")[0]
 
 
 def api(schema: str, function: str) -> sql.Composed:
@@ -47,19 +80,22 @@ def workers(conn) -> List[Dict[str, Any]]:
 
 def external_workers(conn) -> List[Dict[str, Any]]:
     """The external workers holding claims now (of instances the role sees), with how many and their oldest."""
-    return rows(conn, "SELECT lease_owner AS worker, queue, count(*) AS claims, min(updated_at) AS since"
-                      "  FROM gd.instances WHERE status = 'executing' AND lease_owner IS NOT NULL"
+    return rows(conn, "SELECT lease_owner AS worker, queue, pg_catalog.count(*) AS claims,"
+                      "       pg_catalog.min(updated_at) AS since"
+                      "  FROM gd.instances WHERE status OPERATOR(pg_catalog.=) 'executing' AND lease_owner IS NOT NULL"
                       " GROUP BY lease_owner, queue ORDER BY lease_owner, queue")
 
 
 def counters(conn) -> List[Dict[str, Any]]:
-    return rows(conn, "SELECT event, count, total_ms, since FROM gd.stats WHERE count > 0 ORDER BY event")
+    return rows(conn, "SELECT event, count, total_ms, since FROM gd.stats WHERE count OPERATOR(pg_catalog.>) 0"
+                      " ORDER BY event")
 
 
 def step_stats(conn) -> List[Dict[str, Any]]:
     return rows(conn, "SELECT database, fsm, step, kind, count, total_ms, max_ms, p50_ms, p95_ms, p99_ms,"
-                      "       latency_histogram FROM gd.step_stats WHERE database = current_database()"
-                      "    OR database IS NULL ORDER BY fsm, step, kind")
+                      "       latency_histogram FROM gd.step_stats"
+                      " WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database() OR database IS NULL"
+                      " ORDER BY fsm, step, kind")
 
 
 # -- the latency histogram (src/labelled_stats.cpp's buckets) ------------------
@@ -96,17 +132,19 @@ class InstanceFilter:
     status: str = ""
     step: str = ""
     key: str = ""            # correlation key prefix
-    since: str = ""          # created at or after (ISO date or timestamp)
+    since: str = ""          # created at or after (any time PostgreSQL reads)
     until: str = ""          # created before
     sort: str = "newest"     # newest | oldest | priority
 
     @classmethod
     def from_query(cls, query) -> "InstanceFilter":
-        found = cls(**{f.name: (query.get(f.name) or "").strip() for f in dataclasses.fields(cls)})
-        if found.sort not in ("newest", "oldest", "priority"):
-            found.sort = "newest"
+        """The filter of a query string or form.  A status or order it does not know is refused, not dropped:
+        a bulk action would otherwise apply to more than was asked."""
+        found = cls(**{f.name: text(query, f.name) or f.default for f in dataclasses.fields(cls)})
+        if found.sort not in SORTS:
+            raise BadInput(f"the order is one of {', '.join(SORTS)}, got {found.sort[:40]!r}")
         if found.status and found.status not in STATUSES:
-            found.status = ""
+            raise BadInput(f"the status is one of {', '.join(STATUSES)}, got {found.status[:40]!r}")
         return found
 
     def params(self) -> Dict[str, str]:
@@ -122,25 +160,35 @@ class InstanceFilter:
 
 def _cursor(flt: InstanceFilter, after: str) -> Dict[str, Optional[int]]:
     """Keyset: the page starts after this id (and priority, in priority order)."""
-    try:
-        if flt.sort == "priority" and after:
-            priority, last_id = (int(part) for part in after.split(":", 1))
-            return {"after_id": last_id, "after_priority": priority}
-        return {"after_id": int(after) if after else None, "after_priority": None}
-    except ValueError:
+    if not after:
         return {"after_id": None, "after_priority": None}
+    if flt.sort != "priority":
+        return {"after_id": integer(after, -INT8 - 1, INT8, "the page cursor (after)"), "after_priority": None}
+    priority, _, last_id = after.partition(":")
+    return {"after_id": integer(last_id, -INT8 - 1, INT8, "the page cursor's id (after)"),
+            "after_priority": integer(priority, -INT4 - 1, INT4, "the page cursor's priority (after)")}
 
 
 READ_INSTANCES = ("SELECT * FROM gd.read_instances(queue => %(queue)s, fsm => %(fsm)s, status => %(status)s,"
-                  " step => %(step)s, key_prefix => %(key_prefix)s, created_from => %(created_from)s::timestamptz,"
-                  " created_to => %(created_to)s::timestamptz, sort => %(sort)s, after_id => %(after_id)s,"
+                  " step => %(step)s, key_prefix => %(key_prefix)s,"
+                  " created_from => %(created_from)s::pg_catalog.timestamptz,"
+                  " created_to => %(created_to)s::pg_catalog.timestamptz, sort => %(sort)s, after_id => %(after_id)s,"
                   " after_priority => %(after_priority)s, page_size => %(page_size)s, parent_id => %(parent_id)s)")
+
+
+def _read(conn, flt: InstanceFilter, **page) -> List[Dict[str, Any]]:
+    """gd.read_instances with the filter and these page arguments.  Its times are left to PostgreSQL to read
+    (its formats, its time zone names): one it cannot read is the request's fault."""
+    try:
+        return rows(conn, READ_INSTANCES, {**flt.arguments(), "sort": flt.sort, "after_id": None,
+                                           "after_priority": None, "parent_id": None, **page})
+    except psycopg.errors.DataError as error:  # SQLSTATE class 22: the other arguments are checked above
+        raise BadInput(f"bad time in the filter: {error.diag.message_primary}") from None
 
 
 def instances(conn, flt: InstanceFilter, after: str = "") -> (List[Dict[str, Any]], Optional[str]):
     """One page of instances and the cursor of the next (None on the last page)."""
-    found = rows(conn, READ_INSTANCES, {**flt.arguments(), **_cursor(flt, after), "sort": flt.sort,
-                                        "page_size": PAGE_SIZE + 1, "parent_id": None})
+    found = _read(conn, flt, **_cursor(flt, after), page_size=PAGE_SIZE + 1)
     page, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
     if not more:
         return page, None
@@ -154,9 +202,7 @@ def matching_ids(conn, flt: InstanceFilter, statuses: Sequence[str]) -> List[int
     for status in statuses:
         if flt.status and flt.status != status:
             continue
-        found = rows(conn, READ_INSTANCES, {**flt.arguments(), "status": status, "sort": "oldest", "after_id": None,
-                                            "after_priority": None, "page_size": BULK_LIMIT, "parent_id": None})
-        ids += [r["id"] for r in found]
+        ids += [r["id"] for r in _read(conn, flt, status=status, sort="oldest", page_size=BULK_LIMIT)]
     return sorted(ids)[:BULK_LIMIT]
 
 
@@ -167,13 +213,13 @@ def choices(conn) -> Dict[str, List[str]]:
 
 
 def instance(conn, instance_id: int) -> Optional[Dict[str, Any]]:
-    found = rows(conn, "SELECT * FROM gd.instances WHERE id = %s", [instance_id])
+    found = rows(conn, "SELECT * FROM gd.instances WHERE id OPERATOR(pg_catalog.=) %s", [instance_id])
     return found[0] if found else None
 
 
 def signals(conn, instance_id: int) -> List[Dict[str, Any]]:
     return rows(conn, "SELECT id, name, payload, dedup_key, delivered_at, consumed_at FROM gd.signals"
-                      " WHERE instance_id = %s ORDER BY id", [instance_id])
+                      " WHERE instance_id OPERATOR(pg_catalog.=) %s ORDER BY id", [instance_id])
 
 
 def family(conn, instance_id: int, limit: int = 500) -> List[Dict[str, Any]]:
@@ -183,8 +229,7 @@ def family(conn, instance_id: int, limit: int = 500) -> List[Dict[str, Any]]:
     def children_of(parent: int, depth: int):
         if depth > 20:
             return
-        for child in rows(conn, READ_INSTANCES, {**InstanceFilter().arguments(), "sort": "oldest", "after_id": None,
-                                                 "after_priority": None, "page_size": limit, "parent_id": parent}):
+        for child in _read(conn, InstanceFilter(), sort="oldest", page_size=limit, parent_id=parent):
             if len(found) >= limit:
                 return
             found.append({"id": child["id"], "fsm": child["fsm"], "step": child["step"],
@@ -197,17 +242,21 @@ def family(conn, instance_id: int, limit: int = 500) -> List[Dict[str, Any]]:
 
 def history(conn, instance_id: int) -> List[Dict[str, Any]]:
     return rows(conn, "SELECT attempt, step, kind, started_at, ended_at, duration, error, worker"
-                      "  FROM gd.step_history WHERE instance_id = %s ORDER BY ended_at", [instance_id])
+                      "  FROM gd.step_history WHERE instance_id OPERATOR(pg_catalog.=) %s ORDER BY ended_at",
+                      [instance_id])
 
 
 def definition(conn, fsm: str, version: int) -> Dict[str, Any]:
-    found = rows(conn, "SELECT * FROM gd.fsms WHERE name = %s AND version = %s", [fsm, version])
-    steps = rows(conn, "SELECT s.step, (SELECT format('%%I.%%I(%%s)', n.nspname, p.proname,"
-                       "                         pg_get_function_identity_arguments(p.oid))"
-                       "                   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-                       "                  WHERE p.oid = s.handler) AS handler,"
+    found = rows(conn, "SELECT * FROM gd.fsms WHERE name OPERATOR(pg_catalog.=) %s"
+                       "   AND version OPERATOR(pg_catalog.=) %s", [fsm, version])
+    steps = rows(conn, "SELECT s.step, (SELECT pg_catalog.format('%%I.%%I(%%s)', n.nspname, p.proname,"
+                       "                         pg_catalog.pg_get_function_identity_arguments(p.oid))"
+                       "                   FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n"
+                       "                     ON n.oid OPERATOR(pg_catalog.=) p.pronamespace"
+                       "                  WHERE p.oid OPERATOR(pg_catalog.=) s.handler) AS handler,"
                        "       s.max_attempts, s.backoff, s.max_backoff, s.timeout, s.rate_limit, s.queue"
-                       "  FROM gd.steps s WHERE s.fsm = %s AND s.version = %s ORDER BY s.step",
+                       "  FROM gd.steps s WHERE s.fsm OPERATOR(pg_catalog.=) %s"
+                       "   AND s.version OPERATOR(pg_catalog.=) %s ORDER BY s.step",
                  [fsm, version])
     return {"fsm": found[0] if found else None, "steps": steps}
 
@@ -222,8 +271,9 @@ def rate_limits(conn) -> List[Dict[str, Any]]:
     return rows(conn, """
         SELECT l.name, l.rate, l.per, l.burst, l.shared, s.wanted, s.granted, s.throttled
           FROM gd.rate_limits l
-          LEFT JOIN gd.limit_stats s ON s.kind = 'rate_limit' AND s.name = l.name AND s.partition IS NULL
-                                    AND s.database = current_database()
+          LEFT JOIN gd.limit_stats s ON s.kind OPERATOR(pg_catalog.=) 'rate_limit'
+                                    AND s.name OPERATOR(pg_catalog.=) l.name AND s.partition IS NULL
+                                    AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
          ORDER BY l.name""")
 
 
@@ -233,17 +283,21 @@ def concurrency_limits(conn) -> List[Dict[str, Any]]:
     limits = rows(conn, """
         SELECT l.name, l.max, l.shared, s.throttled
           FROM gd.concurrency_limits l
-          LEFT JOIN gd.limit_stats s ON s.kind = 'concurrency' AND s.name = l.name AND s.partition IS NULL
-                                    AND s.database = current_database()
+          LEFT JOIN gd.limit_stats s ON s.kind OPERATOR(pg_catalog.=) 'concurrency'
+                                    AND s.name OPERATOR(pg_catalog.=) l.name AND s.partition IS NULL
+                                    AND s.database OPERATOR(pg_catalog.=) pg_catalog.current_database()
          ORDER BY l.name""")
     for limit in limits:
         limit.update(rows(conn, """
-            SELECT (SELECT count(*) FROM gd.instances i
-                     WHERE (i.concurrency_key = %(name)s OR starts_with(i.concurrency_key, %(name)s || ':'))
-                       AND NOT i.gated AND i.status IN ('runnable', 'executing')) AS running,
-                   (SELECT count(*) FROM gd.instances i
-                     WHERE (i.concurrency_key = %(name)s OR starts_with(i.concurrency_key, %(name)s || ':'))
-                       AND i.gated AND i.status = 'runnable') AS waiting""", {"name": limit["name"]})[0])
+            SELECT (SELECT pg_catalog.count(*) FROM gd.instances i
+                     WHERE (i.concurrency_key OPERATOR(pg_catalog.=) %(name)s
+                            OR pg_catalog.starts_with(i.concurrency_key, %(prefix)s))
+                       AND NOT i.gated AND i.status OPERATOR(pg_catalog.=) ANY ('{runnable,executing}')) AS running,
+                   (SELECT pg_catalog.count(*) FROM gd.instances i
+                     WHERE (i.concurrency_key OPERATOR(pg_catalog.=) %(name)s
+                            OR pg_catalog.starts_with(i.concurrency_key, %(prefix)s))
+                       AND i.gated AND i.status OPERATOR(pg_catalog.=) 'runnable') AS waiting""",
+                          {"name": limit["name"], "prefix": limit["name"] + ":"})[0])
     return limits
 
 
@@ -258,9 +312,11 @@ def retry(conn, schema: str, instance_id: int) -> bool:
     return conn.execute(sql.SQL("SELECT {}(%s)").format(api(schema, "gd_retry")), [instance_id]).fetchone()[0]
 
 
-def signal(conn, schema: str, instance_id: int, name: str, payload: Any, dedup_key: str) -> Optional[bool]:
-    return conn.execute(sql.SQL("SELECT {}(%s::bigint, %s, %s, dedup_key => %s)").format(api(schema, "gd_signal")),
-                        [instance_id, name, Jsonb(payload), dedup_key or None]).fetchone()[0]
+def signal(conn, schema: str, instance_id: int, name: str, payload: str, dedup_key: str) -> Optional[bool]:
+    """payload: JSON text, read by PostgreSQL (as jsonb holds it: no NUL, no lone surrogate)."""
+    query = sql.SQL("SELECT {}(%s::pg_catalog.int8, %s, %s::pg_catalog.jsonb, dedup_key => %s)")
+    return conn.execute(query.format(api(schema, "gd_signal")),
+                        [instance_id, name, payload, dedup_key or None]).fetchone()[0]
 
 
 def pause(conn, schema: str, queue: str, paused: bool) -> bool:

@@ -5,7 +5,6 @@ text, and a role without grants that sees nothing and is refused.  With
 GD_WEB_SCREENSHOTS=dir it saves the main pages there."""
 
 import os
-import socket
 import threading
 import time
 import unittest
@@ -19,7 +18,8 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from gd_web import create_app
-from support import DashboardTest, dsn_as
+from gd_web.app import default_hosts
+from support import DashboardTest, dsn_as, free_port
 
 SCREENSHOTS = os.environ.get("GD_WEB_SCREENSHOTS", "")
 
@@ -28,11 +28,9 @@ class Served:
     """The dashboard as `role`, served by uvicorn on a free port in a thread."""
 
     def __init__(self, role):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        config = uvicorn.Config(create_app(dsn_as(role), sample_seconds=0.5), host="127.0.0.1", port=self.port,
-                                log_level="warning")
+        self.port = free_port()
+        config = uvicorn.Config(create_app(dsn_as(role), default_hosts("127.0.0.1", self.port), sample_seconds=0.5),
+                                host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -7,24 +7,10 @@ import re
 
 import psycopg
 
-from starlette.testclient import TestClient
-
-from gd_web import create_app
-from support import DashboardTest, csrf_of, dsn_as
+from support import AsRole, csrf_of, dsn_as
 
 
-class AsOwner(DashboardTest):
-    def setUp(self):
-        super().setUp()
-        self.client = TestClient(create_app(dsn_as("web_shop"), sample_seconds=0.2))
-        self.client.__enter__()
-        self.addCleanup(self.client.__exit__, None, None, None)
-
-    def act(self, action, **form):
-        page = self.client.get(f"/confirm/{action}", params={"target": form.get("target", "")})
-        self.assertEqual(page.status_code, 200)
-        return self.client.post(f"/act/{action}", data={"csrf": csrf_of(page.text), **form}, follow_redirects=False)
-
+class AsOwner(AsRole):
     def test_overview_shows_queues_steps_workers_and_counters(self):
         waiting = self.insert({"n": 1})
         self.until(lambda: self.status(waiting) == "awaiting_signal", message="the wait")
@@ -135,7 +121,7 @@ class AsOwner(DashboardTest):
     def test_every_action_needs_the_csrf_token(self):
         order = self.insert({"n": 1})
         self.client.get("/")
-        for form in ({}, {"csrf": "guessed"}):
+        for form in ({}, {"csrf": "guessed"}, {"csrf": "gu\u00e9ssed"}):
             answer = self.client.post("/act/cancel", data={"target": str(order), **form})
             self.assertEqual(answer.status_code, 403)
             self.assertIn("CSRF token", answer.text)
@@ -154,14 +140,9 @@ class AsOwner(DashboardTest):
         self.assertIn(f"<td>web_room_{self.tag}</td><td>2</td>", page.text)
 
 
-class AsStranger(DashboardTest):
+class AsStranger(AsRole):
     """A role with no grant sees none of web_order's instances and may act on none."""
-
-    def setUp(self):
-        super().setUp()
-        self.client = TestClient(create_app(dsn_as("web_stranger"), sample_seconds=0.2))
-        self.client.__enter__()
-        self.addCleanup(self.client.__exit__, None, None, None)
+    role = "web_stranger"
 
     def test_sees_nothing_and_is_refused(self):
         order = self.insert({"n": 1}, correlation_key=f"secret-{self.tag}")
