@@ -121,10 +121,15 @@ Transition run_handler(const PickedInstance &row, const StepDefinition &def, con
     return t;
 }
 
-/* Did gd_cancel of this row's instance stop its step (gd._interrupt_step)? */
-bool cancelled_by_gd_cancel(WorkerSlot *slot, const PickedInstance &row)
+/*
+ * Was a step of this round stopped by a gd_cancel (gd._interrupt_step)?  Its
+ * own instance's, which gd_cancel ends; or, the cancel arriving late, after
+ * that step ended, another's, which runs again in a later round, no attempt
+ * counted (not the whole round rolled back).
+ */
+bool stopped_by_gd_cancel(WorkerSlot *slot)
 {
-    return slot != nullptr && pg_atomic_read_u64(&slot->cancel_step) == static_cast<uint64>(row.id);
+    return slot != nullptr && pg_atomic_read_u64(&slot->cancel_step) != 0;
 }
 
 /*
@@ -168,9 +173,8 @@ ErrorData *run_in_subtransaction(Round &round, int first, int end, int *raising,
         FlushErrorState();
         RollbackAndReleaseCurrentSubTransaction();
         gd_forget_handler_session_state(); /* session locks outlive the subtransaction */
-        /* A cancel that is not the step's timeout nor its gd_cancel is the session's: never swallowed. */
-        if (raised->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out &&
-            !cancelled_by_gd_cancel(slot, round.rows[round.to_run[Min(running, end - 1)]]))
+        /* A cancel that is not the step's timeout nor a gd_cancel is the session's: never swallowed. */
+        if (raised->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out && !stopped_by_gd_cancel(slot))
             ReThrowError(raised);
     }
     PG_END_TRY();
@@ -181,11 +185,11 @@ ErrorData *run_in_subtransaction(Round &round, int first, int end, int *raising,
 }
 
 /* Record step i's failed attempt (it raised `edata`), without running it again: unless
- * gd_cancel stopped it, which ends the instance once this round lets go of its row. */
+ * a gd_cancel stopped it (see stopped_by_gd_cancel): nothing is written for it then. */
 void write_failed_attempt(Round &round, int i, ErrorData *edata, TimestampTz started)
 {
     const PickedInstance &row = round.rows[round.to_run[i]];
-    if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled_by_gd_cancel(round.slot, row)) {
+    if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && stopped_by_gd_cancel(round.slot)) {
         FreeErrorData(edata);
         return;
     }
