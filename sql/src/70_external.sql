@@ -95,7 +95,8 @@ END $$;
 -- then eligibility, then id), skipping rows other claimers hold.  They are
 -- `executing` under a lease of `lease` (default gen_durable.lease) when the
 -- caller commits.  A paused queue yields nothing.  `fsms`: only steps of
--- these FSMs (a worker names those it has handlers for); without it, those
+-- these FSMs, those the caller may use (a worker names those it has
+-- handlers for; one not defined yet holds nothing back); without it, those
 -- of the caller's own FSMs and of the grants it accepted.
 CREATE OR REPLACE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL,
                                                 fsms text[] DEFAULT NULL)
@@ -112,7 +113,6 @@ DECLARE
     claim_max int := _claim.max;
     lease_length interval := gd._check_lease(coalesce(_claim.lease, gd._default_lease()), 'lease');
     usable text[];   -- the FSMs claimed from; NULL: all (a superuser's claim without fsms)
-    named text;
 BEGIN
     PERFORM gd._known_queue(claim_queue);
     IF claim_worker IS NULL OR claim_worker = '' THEN
@@ -122,14 +122,11 @@ BEGIN
         PERFORM gd._bad_argument(format('max must be between 1 and 1000, got %s', coalesce(claim_max::text, 'NULL')));
     END IF;
     -- (Sorted: the set names the claim frontier these claims share, src/picker.cpp.)
+    IF array_position(fsms, NULL) IS NOT NULL THEN
+        PERFORM gd._bad_argument('fsms must name FSMs, got a NULL');
+    END IF;
     IF fsms IS NOT NULL THEN
-        FOREACH named IN ARRAY fsms LOOP
-            IF named IS NULL THEN
-                PERFORM gd._bad_argument('fsms must name FSMs, got a NULL');
-            END IF;
-            PERFORM gd._check_may_use(caller, named);
-        END LOOP;
-        usable := ARRAY(SELECT DISTINCT f FROM unnest(fsms) f ORDER BY 1);
+        usable := ARRAY(SELECT DISTINCT f FROM unnest(fsms) f WHERE gd._may_use(caller, f) ORDER BY 1);
     ELSIF gd._own_roles(caller) IS NOT NULL THEN
         usable := gd._implicit_fsms(gd._own_roles(caller));
     END IF;

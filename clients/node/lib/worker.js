@@ -29,7 +29,6 @@ const { isOutcome, retry, interval } = require('./outcomes');
 const { statements, SQL } = require('./sql');
 
 const INVALID_PARAMETER_VALUE = '22023';
-const INSUFFICIENT_PRIVILEGE = '42501';
 
 class LeaseLost extends Error {}
 
@@ -207,17 +206,7 @@ class Worker {
     const fsms = this.fsms();
     for (let offset = 0; offset < this.queues.length; offset++) {
       const queue = this.queues[(start + offset) % this.queues.length];
-      let rows;
-      try {
-        ({ rows } = await client.query(claim, [queue, this.name, this.batch, interval(this.lease), fsms]));
-      } catch (e) {
-        if (e.code !== INSUFFICIENT_PRIVILEGE) throw e;
-        // An FSM it has handlers for that its role may not use (not defined yet, not granted): said every poll.
-        this.log.warn(`worker ${this.name} claims nothing: ${e.message} (it has handlers for FSMs ` +
-          `${fsms.join(', ')}; trying again in ${this.poll} s)`);
-        await this.sleep(this.poll);
-        return 0;
-      }
+      const { rows } = await client.query(claim, [queue, this.name, this.batch, interval(this.lease), fsms]);
       if (rows.length) {
         await this.runBatch(client, rows.map((r) => claimFrom(r, client)));
         return rows.length;

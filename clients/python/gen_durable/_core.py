@@ -355,8 +355,3 @@ class WorkerSettings:
         """Decorator: run this function for `step` of `fsm`."""
         return self.handlers.register(fsm, step)
 
-    def _refused(self, error: psycopg.Error):
-        """gd_claim refused (42501): an FSM the worker has handlers for is not one its role may use (not
-        defined yet, or not granted).  It claims nothing until it may, and says so every poll."""
-        log.warning("worker %s claims nothing: %s (it has handlers for FSMs %s; trying again in %s s)", self.name,
-                    error.diag.message_primary, ", ".join(self.handlers.fsms()), self.poll)

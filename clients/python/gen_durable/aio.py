@@ -194,12 +194,7 @@ class AsyncWorker(_core.WorkerSettings):
         claim, fsms = (await statements(connection)).claim, self.handlers.fsms()
         for offset in range(len(self.queues)):
             queue = self.queues[(start + offset) % len(self.queues)]
-            try:
-                cursor = await connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms])
-            except psycopg.errors.InsufficientPrivilege as e:
-                self._refused(e)
-                await self._sleep(self.poll)
-                return 0
+            cursor = await connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms])
             rows = await cursor.fetchall()
             if rows:
                 await self._run_batch(connection, _core.claims_from(rows, connection))

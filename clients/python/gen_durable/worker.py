@@ -159,12 +159,7 @@ class Worker(_core.WorkerSettings):
         claim, fsms = statements(connection).claim, self.handlers.fsms()
         for offset in range(len(self.queues)):
             queue = self.queues[(start + offset) % len(self.queues)]
-            try:
-                rows = connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms]).fetchall()
-            except psycopg.errors.InsufficientPrivilege as e:
-                self._refused(e)
-                self._sleep(self.poll)
-                return 0
+            rows = connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms]).fetchall()
             if rows:
                 self._run_batch(connection, _core.claims_from(rows, connection))
                 return len(rows)
