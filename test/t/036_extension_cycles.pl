@@ -52,6 +52,13 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM effects WHERE at < '$out'"
 	'the step finished and committed before the DROP went on');
 $node->safe_psql('postgres', 'DROP TABLE effects');
 
+# A schema gd made before the extension (another role's, say): refused, saying so.
+$node->safe_psql('postgres', q{CREATE ROLE early; CREATE SCHEMA gd AUTHORIZATION early});
+($rc, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\nCREATE EXTENSION gen_durable");
+like($err, qr/ERROR:  42P06: gen_durable: schema "gd" already exists\nDETAIL:  It belongs to role early;/,
+	'CREATE EXTENSION over an existing schema gd says whose it is');
+$node->safe_psql('postgres', q{DROP SCHEMA gd; DROP ROLE early});
+
 $node->safe_psql('postgres', $setup);
 my $ids = $node->safe_psql('postgres', q{SELECT string_agg(id::text, ',') FROM gd.instances});
 ok(GdTest::poll_done($node, $ids, 20), 'the extension created once more is served');
