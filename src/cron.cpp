@@ -4,6 +4,7 @@
  */
 #include "cron.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +41,8 @@ const Macro MACROS[] = {{"@yearly", "0 0 1 1 *"},  {"@annually", "0 0 1 1 *"}, {
 
 constexpr int MAX_FIELDS = 6;
 constexpr int64_t SECONDS_PER_DAY = 86400;
+constexpr int64_t HUNDRED_YEARS = 100 * 366 * SECONDS_PER_DAY;
+constexpr int64_t AROUND = 36 * 3600; /* a zone's offset before and after an instant */
 
 bool fail(ParseError &error, const char *field, int position, const char *message)
 {
@@ -252,6 +255,48 @@ bool days_can_match(const Expression &e)
     return false;
 }
 
+/* The first instant in (low, high] whose offset is not `offset`, low's: where the zone changes. */
+int64_t change_after(int64_t low, int64_t high, long offset, OffsetAt offset_at, const void *zone)
+{
+    while (high - low > 1) {
+        int64_t middle = low + (high - low) / 2;
+        (offset_at(middle, zone) == offset ? low : high) = middle;
+    }
+    return high;
+}
+
+/* The latest wall time the zone's clock has shown by `after`: while a change back repeats an hour, the
+ * one just before the change. */
+int64_t latest_wall(int64_t after, OffsetAt offset_at, const void *zone)
+{
+    long now = offset_at(after, zone), before = offset_at(after - AROUND, zone);
+    int64_t wall = after + now;
+    if (before > now)
+        wall = std::max(wall, change_after(after - AROUND, after, before, offset_at, zone) - 1 + before);
+    return wall;
+}
+
+/* The instant a wall time ticks at: the first at which the clock shows it or a later time; nullopt where
+ * the zone changes too often around it to tell. */
+std::optional<int64_t> first_reached(int64_t wall, OffsetAt offset_at, const void *zone)
+{
+    /* The instants with this wall time: at most one per offset the zone has around it. */
+    long offsets[3] = {offset_at(wall - AROUND, zone), offset_at(wall, zone), offset_at(wall + AROUND, zone)};
+    std::optional<int64_t> first;
+    for (long offset : offsets) {
+        int64_t instant = wall - offset;
+        if (offset_at(instant, zone) == offset && (!first || instant < *first))
+            first = instant;
+    }
+    if (first)
+        return first;
+    /* None: skipped by clocks going forward, it ticks at the change, in (wall - later, wall - before]. */
+    long before = offsets[0], later = offsets[2];
+    if (later > before && offset_at(wall - later, zone) == before && offset_at(wall - before, zone) == later)
+        return change_after(wall - later, wall - before, before, offset_at, zone);
+    return std::nullopt;
+}
+
 } // namespace
 
 bool parse(const char *text, Expression &out, ParseError &error)
@@ -339,37 +384,19 @@ std::optional<int64_t> next_tick(const Expression &e, int64_t after, OffsetAt of
     if (e.every_seconds > 0)
         return (floor_div(after, e.every_seconds) + 1) * e.every_seconds;
 
-    constexpr int64_t HUNDRED_YEARS = 100 * 366 * SECONDS_PER_DAY;
-    constexpr int64_t AROUND = 36 * 3600; /* a zone's offset before and after a wall time */
-    int64_t wall = after + offset_at(after, zone);
+    /* Every wall time up to the latest shown by `after` ticked by then (cron.hpp): the next tick is the
+     * next matching wall time's. */
+    int64_t wall = latest_wall(after, offset_at, zone);
     int64_t horizon = wall + HUNDRED_YEARS;
     for (;;) {
         std::optional<int64_t> next = next_wall(e, wall, horizon);
         if (!next)
             return std::nullopt;
         wall = *next;
-        /* The instants with this wall time: at most one per offset the zone has around it. */
-        long offsets[3] = {offset_at(wall - AROUND, zone), offset_at(wall, zone), offset_at(wall + AROUND, zone)};
-        std::optional<int64_t> first;
-        for (long offset : offsets) {
-            int64_t instant = wall - offset;
-            if (offset_at(instant, zone) == offset && instant > after && (!first || instant < *first))
-                first = instant;
-        }
-        if (first)
-            return first;
-        long before = offsets[0], later = offsets[2];
-        if (later > before && offset_at(wall - later, zone) == before && offset_at(wall - before, zone) == later) {
-            /* Skipped by clocks going forward: the transition's instant, in (wall - later, wall - before]. */
-            int64_t low = wall - later, high = wall - before;
-            while (high - low > 1) {
-                int64_t middle = low + (high - low) / 2;
-                (offset_at(middle, zone) == later ? high : low) = middle;
-            }
-            if (high > after)
-                return high;
-        }
-        /* Otherwise every instant of this wall time is not after `after`: the next. */
+        /* After `after` unless the zone changes more than once in AROUND: the next wall time then. */
+        std::optional<int64_t> tick = first_reached(wall, offset_at, zone);
+        if (tick && *tick > after)
+            return tick;
     }
 }
 

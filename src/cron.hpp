@@ -15,10 +15,12 @@
  * multiples of N since the Unix epoch) is parsed by the caller, who has an
  * interval parser, and given to the Expression as every_seconds.
  *
- * Time zones: the expression is matched against wall-clock time.  A wall
- * time that does not exist (the hour skipped when clocks go forward) fires
- * at the instant of the transition; one that happens twice (clocks go back)
- * fires at its first occurrence only.
+ * Time zones: the expression is matched against wall-clock time, and a
+ * matching wall time ticks at the first instant the zone's clock shows it or
+ * a later time: one that does not exist (skipped when clocks go forward)
+ * at the instant of the change, one that happens twice (clocks go back) at
+ * its first occurrence only.  Each wall time so has one instant, whatever
+ * instant a search starts from.
  */
 #pragma once
 

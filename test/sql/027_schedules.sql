@@ -38,7 +38,15 @@ INSERT INTO cron_cases (cron, zone, after) VALUES
     -- America/New_York: forward 2026-03-08 02:00 EST (07:00Z), back 2026-11-01 02:00 EDT (06:00Z)
     ('0 2 * * *',               'America/New_York', '2026-03-06 12:00:00Z'),
     ('30 1 * * *',              'America/New_York', '2026-10-30 12:00:00Z'),
-    ('*/20 1 * * *',            'America/New_York', '2026-11-01 05:00:00Z');
+    ('*/20 1 * * *',            'America/New_York', '2026-11-01 05:00:00Z'),
+    -- from inside the repeated hour (01:10 EST, 06:10Z): its wall times ticked already, in EDT
+    ('30 1 * * *',              'America/New_York', '2025-11-02 06:10:00Z'),
+    ('*/20 1 * * *',            'America/New_York', '2025-11-02 06:10:00Z'),
+    -- Australia/Lord_Howe: back 2026-04-05 02:00 -> 01:30 (15:00Z), forward 2026-10-04 02:00 -> 02:30 (15:30Z)
+    ('45 1 * * *',              'Australia/Lord_Howe', '2026-04-04 15:10:00Z'),   -- 01:45 twice: from the second
+    ('15 2 * * *',              'Australia/Lord_Howe', '2026-10-03 12:00:00Z'),
+    -- America/Sao_Paulo: forward 2018-11-04 00:00 -> 01:00 (03:00Z): midnight that day is 01:00
+    ('0 0 * * *',               'America/Sao_Paulo', '2018-11-02 12:00:00Z');
 SELECT c.n, c.cron, c.zone,
        (SELECT string_agg(to_char(t, 'YYYY-MM-DD HH24:MI:SS'), ', ')
           FROM gd_cron_ticks(c.cron, c.zone, c.after, 5) t) AS next_five_utc
@@ -67,6 +75,39 @@ SELECT count(*) AS ticks,
        bool_and(extract(hour FROM t AT TIME ZONE 'Europe/Berlin') = 2
                 AND extract(minute FROM t AT TIME ZONE 'Europe/Berlin') = 30) AS at_0230
   FROM gd_cron_ticks('30 2 1,15 * MON', 'Europe/Berlin', '2026-01-01Z', 150) t;
+
+-- Property: the ticks do not depend on where their search starts.  Around
+-- every change of offset of six zones from 2018 to 2024 (30 minutes on Lord
+-- Howe, 45-minute offsets on Chatham, midnight in Sao Paulo and Tehran), for
+-- fixed times in and around the changing hours, wildcard hours, steps of
+-- minutes and of seconds: from an instant every 7 min 13.25 s over 7 hours,
+-- the next tick is the first after it of those enumerated from before.
+CREATE TEMP TABLE dst_changes AS   -- (zone, the hour before its offset changes)
+WITH zones (zone) AS (VALUES ('America/New_York'), ('Europe/Berlin'), ('Australia/Lord_Howe'), ('America/Sao_Paulo'),
+                             ('Asia/Tehran'), ('Pacific/Chatham')),
+     changing_days AS (
+        SELECT z.zone, d FROM zones z, generate_series('2018-01-01 12:00Z'::timestamptz, '2024-12-31 12:00Z', '1 day') d
+         WHERE (d AT TIME ZONE z.zone) - (d AT TIME ZONE 'UTC')
+               <> ((d + interval '1 day') AT TIME ZONE z.zone) - ((d + interval '1 day') AT TIME ZONE 'UTC'))
+SELECT c.zone, h AS hour_before
+  FROM changing_days c, generate_series(c.d, c.d + interval '23 hours', '1 hour') h
+ WHERE (h AT TIME ZONE c.zone) - (h AT TIME ZONE 'UTC')
+       <> ((h + interval '1 hour') AT TIME ZONE c.zone) - ((h + interval '1 hour') AT TIME ZONE 'UTC');
+CREATE TEMP TABLE dst_crons (cron text, ticks int);   -- (expression, ticks enough for 7 hours)
+INSERT INTO dst_crons VALUES
+    ('30 1 * * *', 3), ('59 1 * * *', 3), ('0 2 * * *', 3), ('30 2 * * *', 3), ('45 2 * * *', 3), ('0 3 * * *', 3),
+    ('15 3 * * *', 3), ('30 23 * * *', 3), ('0 0 * * *', 3), ('30 0 * * *', 3), ('0 0 * * SUN', 3),
+    ('0 * * * *', 12), ('*/15 * * * *', 40), ('*/7 * * * *', 80), ('*/20 * * * * *', 1400);
+SELECT c.zone, count(DISTINCT c.hour_before) AS changes, count(*) AS checks,
+       count(*) FILTER (WHERE (SELECT t FROM gd_cron_ticks(e.cron, c.zone, i, 1) t)
+                              IS DISTINCT FROM (SELECT min(t) FROM unnest(r.ticks) t WHERE t > i)) AS disagreements
+  FROM dst_changes c, dst_crons e,
+       LATERAL (SELECT array_agg(t) FROM gd_cron_ticks(e.cron, c.zone, c.hour_before - interval '3 hours', e.ticks) t)
+           AS r (ticks),
+       generate_series(c.hour_before - interval '3 hours', c.hour_before + interval '4 hours', '7 min 13.25 s') i
+ GROUP BY c.zone ORDER BY c.zone;
+-- The reaper's next tick is the same: from inside the repeated hour, the next night's.
+SELECT gd._cron_next('30 1 * * *', 'America/New_York', '2025-11-02 06:10Z') AS next_after_the_repeated_0130;
 
 -- ---------------------------------------------------------------- bad expressions
 SELECT e AS cron, t.try(format('SELECT gd_cron_ticks(%L)', e)) AS result
@@ -158,6 +199,13 @@ SELECT gd_schedule('missed_' || c, '* * * * *', 'report', catch_up => c, enabled
 SELECT 'none' AS catch_up, * FROM pg_temp.fire('missed_none', '2031-01-01 00:05Z', '2031-01-01 00:10:40Z', '2031-01-01 00:10:30Z');
 SELECT 'latest' AS catch_up, * FROM pg_temp.fire('missed_latest', '2031-01-01 00:05Z', '2031-01-01 00:10:40Z', '2031-01-01 00:10:30Z');
 SELECT 'all' AS catch_up, * FROM pg_temp.fire('missed_all', '2031-01-01 00:05Z', '2031-01-01 00:10:40Z', '2031-01-01 00:10:30Z');
+-- Serving again inside a repeated hour (New York, 2031-11-02: 01:00-02:00
+-- EDT, 05:00Z, then EST, 06:00Z): the 01:30 tick caught up is that night's
+-- only one, the next is the next night's.
+SELECT gd_schedule('nightly_ny', '30 1 * * *', 'report', time_zone => 'America/New_York', enabled => false);
+SELECT * FROM pg_temp.fire('nightly_ny', '2031-11-01 05:30Z', '2031-11-02 06:20Z', '2031-11-02 06:10Z');
+SELECT * FROM pg_temp.fire('nightly_ny', NULL, '2031-11-02 06:40Z', '2031-11-02 06:10Z');
+SELECT gd_unschedule('nightly_ny');
 
 -- A tick that cannot start (the FSM's owner took the right away) is skipped, said why, and the schedule goes on.
 UPDATE gd._schedules SET fsm = 'no_longer_there' WHERE name = 'missed_none';
