@@ -14,6 +14,7 @@
 extern "C" {
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "pgtime.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -113,9 +114,13 @@ int64 unix_seconds_before(TimestampTz at) /* the whole second at or before `at` 
     return seconds + UNIX_EPOCH_IN_PG_SECONDS;
 }
 
-/* The first tick after `after`, or false when there is none a timestamp can hold. */
+/* The first tick after `after`, or false when there is none a timestamp can hold: none after the range of
+ * timestamps (infinity), the range's first before it (-infinity). */
 bool next_tick(const Timing &timing, TimestampTz after, TimestampTz &tick)
 {
+    if (after >= END_TIMESTAMP)
+        return false;
+    after = Max(after, MIN_TIMESTAMP - 1);
     std::optional<int64_t> next =
         gd::cron::next_tick(timing.expression, unix_seconds_before(after), zone_offset, timing.zone);
     if (!next)
@@ -149,6 +154,7 @@ GD_SQL_FUNCTION(gd_cron_ticks)
     InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
     auto *result = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
     for (int i = 0; i < count; i++) {
+        CHECK_FOR_INTERRUPTS();
         if (!next_tick(timing, after, after))
             break;
         Datum value = TimestampTzGetDatum(after);
@@ -177,13 +183,14 @@ GD_SQL_FUNCTION(gd_cron_next)
 GD_SQL_FUNCTION(gd_cron_missed)
 {
     Timing timing = check_timing(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
-    TimestampTz at = PG_GETARG_TIMESTAMPTZ(2) - 1;
+    TimestampTz at = Max(PG_GETARG_TIMESTAMPTZ(2), MIN_TIMESTAMP) - 1; /* the ticks from `first` on */
     TimestampTz before = PG_GETARG_TIMESTAMPTZ(3);
     int keep = Max(0, PG_GETARG_INT32(4));
     /* The last `keep` ticks, in a ring. */
     Datum *kept = static_cast<Datum *>(palloc(sizeof(Datum) * Max(keep, 1)));
     int64 total = 0;
     while (total < MAX_TICKS_COUNTED && next_tick(timing, at, at) && at < before) {
+        CHECK_FOR_INTERRUPTS(); /* 10,000,000 ticks take seconds; no destructor here for its ERROR to skip */
         if (keep > 0)
             kept[total % keep] = TimestampTzGetDatum(at);
         total++;

@@ -109,6 +109,24 @@ SELECT c.zone, count(DISTINCT c.hour_before) AS changes, count(*) AS checks,
 -- The reaper's next tick is the same: from inside the repeated hour, the next night's.
 SELECT gd._cron_next('30 1 * * *', 'America/New_York', '2025-11-02 06:10Z') AS next_after_the_repeated_0130;
 
+-- Past the range of timestamps: from -infinity the first ticks in it, none after its end (or from infinity).
+SELECT c.cron, c.zone, c.after,
+       (SELECT string_agg(t::text, ', ') FROM gd_cron_ticks(c.cron, c.zone, c.after, 3) t) AS first_three
+  FROM (VALUES ('0 0 * * *', 'UTC', '-infinity'::timestamptz), ('30 1 * * *', 'America/New_York', '-infinity'),
+               ('@every 1 day', 'UTC', '-infinity'), ('* * * * *', 'UTC', '294276-12-31 23:58:30Z'),
+               ('@every 1 minute', 'UTC', '294276-12-31 23:58:30Z'), ('* * * * *', 'UTC', 'infinity')) c (cron, zone, after);
+SELECT gd._cron_next('0 0 * * *', 'UTC', '-infinity') AS next_from_minus_infinity,
+       gd._cron_next('0 0 * * *', 'UTC', 'infinity') AS next_from_infinity,
+       gd._cron_missed('0 0 1 1 *', 'UTC', '-infinity', '4711-06-01 BC', 5) AS missed_from_minus_infinity;
+
+-- A long enumeration can be cancelled: ten million ticks of an every-second
+-- schedule (its catch-up after four months down) take seconds.
+SELECT clock_timestamp() AS cancel_started \gset
+SET statement_timeout = '100ms';
+SELECT total FROM gd._cron_missed('* * * * * *', 'America/New_York', '2026-01-01Z', '2031-01-01Z', 1);
+RESET statement_timeout;
+SELECT clock_timestamp() - :'cancel_started'::timestamptz < interval '1 s' AS cancelled_promptly;
+
 -- ---------------------------------------------------------------- bad expressions
 SELECT e AS cron, t.try(format('SELECT gd_cron_ticks(%L)', e)) AS result
   FROM unnest(ARRAY['61 * * * *', '* 24 * * *', '* * * *', '* * * * * * *', '0 0 30 2 *', '0 0 31 4,6 *',
