@@ -43,9 +43,33 @@ constexpr int MAX_FIELDS = 6;
 constexpr int64_t SECONDS_PER_DAY = 86400;
 constexpr int64_t HUNDRED_YEARS = 100 * 366 * SECONDS_PER_DAY;
 constexpr int64_t AROUND = 36 * 3600; /* a zone's offset before and after an instant */
+constexpr int QUOTED_BYTES = 24;       /* of the expression's text, quoted in a message */
 
-bool fail(ParseError &error, const char *field, int position, const char *message)
+/* The text being parsed, and how long its characters are. */
+struct Source {
+    const char *text;
+    CharLength char_length;
+};
+
+/* text[from, to) for a message: whole characters, at most QUOTED_BYTES of them, then "...". */
+void quote(const Source &source, int from, int to, char (&out)[QUOTED_BYTES + 4])
 {
+    int at = from;
+    while (at < to) {
+        int length = source.char_length(source.text + at);
+        if (at + length > to || at + length - from > QUOTED_BYTES)
+            break;
+        at += length;
+    }
+    snprintf(out, sizeof(out), "%.*s%s", at - from, source.text + from, at < to ? "..." : "");
+}
+
+/* Refuse the expression at byte `at` of the text: the position counts characters. */
+bool fail(ParseError &error, const Source &source, const char *field, int at, const char *message)
+{
+    int position = 1;
+    for (int i = 0; i < at; i += source.char_length(source.text + i))
+        position++;
     snprintf(error.field, sizeof(error.field), "%s", field);
     error.position = position;
     snprintf(error.message, sizeof(error.message), "%s", message);
@@ -53,8 +77,9 @@ bool fail(ParseError &error, const char *field, int position, const char *messag
 }
 
 /* A number or (where the field has names) a name at text[*at], advancing *at. */
-bool parse_value(const char *text, int &at, int end, const FieldSpec &spec, int &value, ParseError &error)
+bool parse_value(const Source &source, int &at, int end, const FieldSpec &spec, int &value, ParseError &error)
 {
+    const char *text = source.text;
     char message[160];
     int start = at;
     if (at < end && isdigit(static_cast<unsigned char>(text[at]))) {
@@ -64,13 +89,14 @@ bool parse_value(const char *text, int &at, int end, const FieldSpec &spec, int 
         if (number < spec.min || number > spec.max) {
             snprintf(message, sizeof(message), "%.*s is out of range %d-%d", at - start, text + start, spec.min,
                      spec.max);
-            return fail(error, spec.name, start + 1, message);
+            return fail(error, source, spec.name, start, message);
         }
         value = static_cast<int>(number);
         return true;
     }
-    while (at < end && isalpha(static_cast<unsigned char>(text[at])))
-        at++;
+    /* A word: letters, and other characters than ASCII, so that a message names them whole. */
+    while (at < end && (isalpha(static_cast<unsigned char>(text[at])) || static_cast<unsigned char>(text[at]) >= 0x80))
+        at += source.char_length(text + at);
     if (at > start && spec.names != nullptr) {
         for (int i = 0; spec.names[i] != nullptr; i++)
             if (at - start == 3 && strncasecmp(text + start, spec.names[i], 3) == 0) {
@@ -79,17 +105,19 @@ bool parse_value(const char *text, int &at, int end, const FieldSpec &spec, int 
             }
     }
     if (at == start && at == end)
-        return fail(error, spec.name, start + 1, "a value is missing");
+        return fail(error, source, spec.name, start, "a value is missing");
     if (at == start)
-        at++; /* name the character */
-    snprintf(message, sizeof(message), "unexpected \"%.*s\"%s", at - start, text + start,
-             spec.names ? "" : " (numbers only)");
-    return fail(error, spec.name, start + 1, message);
+        at++; /* name the character: an ASCII one, the others make words */
+    char quoted[QUOTED_BYTES + 4];
+    quote(source, start, at, quoted);
+    snprintf(message, sizeof(message), "unexpected \"%s\"%s", quoted, spec.names ? "" : " (numbers only)");
+    return fail(error, source, spec.name, start, message);
 }
 
 /* One field, text[start, end): a comma list of * | N | N-M, each with an optional /step. */
-bool parse_field(const char *text, int start, int end, const FieldSpec &spec, uint64_t &bits, ParseError &error)
+bool parse_field(const Source &source, int start, int end, const FieldSpec &spec, uint64_t &bits, ParseError &error)
 {
+    const char *text = source.text;
     char message[160];
     int at = start;
     for (;;) {
@@ -100,17 +128,17 @@ bool parse_field(const char *text, int start, int end, const FieldSpec &spec, ui
         if (star) {
             at++;
         } else {
-            if (!parse_value(text, at, end, spec, low, error))
+            if (!parse_value(source, at, end, spec, low, error))
                 return false;
             high = low;
             if (at < end && text[at] == '-') {
                 at++;
                 ranged = true;
-                if (!parse_value(text, at, end, spec, high, error))
+                if (!parse_value(source, at, end, spec, high, error))
                     return false;
                 if (high < low) {
                     snprintf(message, sizeof(message), "range %d-%d runs backwards", low, high);
-                    return fail(error, spec.name, item + 1, message);
+                    return fail(error, source, spec.name, item, message);
                 }
             }
         }
@@ -122,7 +150,7 @@ bool parse_field(const char *text, int start, int end, const FieldSpec &spec, ui
                 number = number * 10 + (text[at++] - '0');
             if (at == step_at || number < 1 || number > spec.max) {
                 snprintf(message, sizeof(message), "a step must be a number from 1 to %d", spec.max);
-                return fail(error, spec.name, step_at + 1, message);
+                return fail(error, source, spec.name, step_at, message);
             }
             step = static_cast<int>(number);
             if (!ranged)
@@ -133,11 +161,13 @@ bool parse_field(const char *text, int start, int end, const FieldSpec &spec, ui
         if (at == end)
             return true;
         if (text[at] != ',') {
-            snprintf(message, sizeof(message), "unexpected \"%c\"", text[at]);
-            return fail(error, spec.name, at + 1, message);
+            char quoted[QUOTED_BYTES + 4];
+            quote(source, at, at + source.char_length(text + at), quoted);
+            snprintf(message, sizeof(message), "unexpected \"%s\"", quoted);
+            return fail(error, source, spec.name, at, message);
         }
         if (++at == end)
-            return fail(error, spec.name, at, "a list must not end with a comma");
+            return fail(error, source, spec.name, at - 1, "a list must not end with a comma");
     }
 }
 
@@ -299,37 +329,40 @@ std::optional<int64_t> first_reached(int64_t wall, OffsetAt offset_at, const voi
 
 } // namespace
 
-bool parse(const char *text, Expression &out, ParseError &error)
+bool parse(const char *text, CharLength char_length, Expression &out, ParseError &error)
 {
     out = Expression{};
-    const char *fields = text;
+    Source source{text, char_length};
     int offset = 0; /* a macro's fields report positions in the macro itself */
-    while (isspace(static_cast<unsigned char>(fields[offset])))
+    while (isspace(static_cast<unsigned char>(text[offset])))
         offset++;
-    if (fields[offset] == '@') {
+    if (text[offset] == '@') {
         int end = offset;
-        while (fields[end] != '\0' && !isspace(static_cast<unsigned char>(fields[end])))
+        while (text[end] != '\0' && !isspace(static_cast<unsigned char>(text[end])))
             end++;
         const Macro *found = nullptr;
         for (const Macro &macro : MACROS)
             if (strlen(macro.name) == static_cast<size_t>(end - offset) &&
-                strncasecmp(fields + offset, macro.name, end - offset) == 0)
+                strncasecmp(text + offset, macro.name, end - offset) == 0)
                 found = &macro;
         char message[160];
         if (found == nullptr) {
+            char quoted[QUOTED_BYTES + 4];
+            quote(source, offset, end, quoted);
             snprintf(message, sizeof(message),
-                     "unknown macro \"%.*s\" (@yearly, @annually, @monthly, @weekly, @daily, @midnight, "
-                     "@hourly, @every <interval>)", end - offset, fields + offset);
-            return fail(error, "", offset + 1, message);
+                     "unknown macro \"%s\" (@yearly, @annually, @monthly, @weekly, @daily, @midnight, "
+                     "@hourly, @every <interval>)", quoted);
+            return fail(error, source, "", offset, message);
         }
-        while (isspace(static_cast<unsigned char>(fields[end])))
+        while (isspace(static_cast<unsigned char>(text[end])))
             end++;
-        if (fields[end] != '\0') {
+        if (text[end] != '\0') {
             snprintf(message, sizeof(message), "%s takes nothing after it", found->name);
-            return fail(error, "", end + 1, message);
+            return fail(error, source, "", end, message);
         }
-        fields = found->fields;
+        source.text = found->fields;
     }
+    const char *fields = source.text;
 
     int starts[MAX_FIELDS + 1], ends[MAX_FIELDS + 1];
     int count = 0;
@@ -339,8 +372,8 @@ bool parse(const char *text, Expression &out, ParseError &error)
         if (fields[at] == '\0')
             break;
         if (count == MAX_FIELDS)
-            return fail(error, "", at + 1, "too many fields: 5 (minute hour day-of-month month day-of-week), "
-                                           "or 6 with a leading second");
+            return fail(error, source, "", at, "too many fields: 5 (minute hour day-of-month month day-of-week), "
+                                               "or 6 with a leading second");
         starts[count] = at;
         while (fields[at] != '\0' && !isspace(static_cast<unsigned char>(fields[at])))
             at++;
@@ -351,7 +384,7 @@ bool parse(const char *text, Expression &out, ParseError &error)
         snprintf(message, sizeof(message),
                  "%d field%s: 5 are needed (minute hour day-of-month month day-of-week), or 6 with a leading second",
                  count, count == 1 ? "" : "s");
-        return fail(error, "", static_cast<int>(strlen(fields)) + 1, message);
+        return fail(error, source, "", static_cast<int>(strlen(fields)), message);
     }
     const FieldSpec *specs[MAX_FIELDS] = {&SECOND, &MINUTE, &HOUR, &DAY_OF_MONTH, &MONTH, &DAY_OF_WEEK};
     uint64_t bits[MAX_FIELDS] = {uint64_t{1}, 0, 0, 0, 0, 0}; /* five fields: second 0 */
@@ -359,7 +392,7 @@ bool parse(const char *text, Expression &out, ParseError &error)
     for (int i = 0; i < count; i++) {
         const FieldSpec &spec = *specs[first + i];
         bits[first + i] = 0;
-        if (!parse_field(fields, starts[i], ends[i], spec, bits[first + i], error)) {
+        if (!parse_field(source, starts[i], ends[i], spec, bits[first + i], error)) {
             if (fields != text)
                 error.position = 1; /* inside a macro: the macro is at fault */
             return false;
@@ -374,7 +407,7 @@ bool parse(const char *text, Expression &out, ParseError &error)
     out.day_of_month_star = fields[starts[count - 3]] == '*';
     out.day_of_week_star = fields[starts[count - 1]] == '*';
     if (!days_can_match(out))
-        return fail(error, "day-of-month", starts[count - 3] + 1,
+        return fail(error, source, "day-of-month", starts[count - 3],
                     "never matches: no month of the expression has such a day");
     return true;
 }

@@ -42,16 +42,22 @@ struct Expression {
 };
 
 /* Why an expression was refused: the field (e.g. "minute"; "" for the whole
- * expression) and the 1-based character position where the trouble is. */
+ * expression) and the 1-based character position where the trouble is; the
+ * message quotes the text in whole characters. */
 struct ParseError {
     char field[24];
     int position;
     char message[160];
 };
 
+/* Bytes of the character that starts at `character`: the text's encoding
+ * (schedules.cpp binds it to the database's), in which the bytes below 0x80
+ * are ASCII and nothing else. */
+using CharLength = int (*)(const char *character);
+
 /* Parse a field list or macro; false with `error` set when it is malformed
  * or can never match.  `@every` is not parsed here (see above). */
-bool parse(const char *text, Expression &out, ParseError &error);
+bool parse(const char *text, CharLength char_length, Expression &out, ParseError &error);
 
 /* UTC offset in seconds east of Greenwich at a Unix instant. */
 using OffsetAt = long (*)(int64_t instant, const void *zone);

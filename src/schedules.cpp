@@ -14,6 +14,7 @@
 extern "C" {
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgtime.h"
 #include "utils/array.h"
@@ -64,7 +65,7 @@ int64 parse_every(const char *cron, const char *interval_text)
         FlushErrorState();
     }
     PG_END_TRY();
-    int position = static_cast<int>(interval_text - cron) + 1;
+    int position = pg_mbstrlen_with_len(cron, static_cast<int>(interval_text - cron)) + 1;
     if (every == nullptr)
         refuse_cron(cron, "", position, "@every needs an interval, e.g. @every 30 seconds");
     int64 microseconds = every->time + static_cast<int64>(every->day) * USECS_PER_DAY;
@@ -87,7 +88,7 @@ Timing check_timing(text *cron_text, text *zone_text)
         timing.expression.every_seconds = parse_every(cron, start + every_length);
     } else {
         gd::cron::ParseError error;
-        if (!gd::cron::parse(cron, timing.expression, error))
+        if (!gd::cron::parse(cron, pg_mblen, timing.expression, error))
             refuse_cron(cron, error.field, error.position, error.message);
     }
     char *zone_name = text_to_cstring(zone_text);

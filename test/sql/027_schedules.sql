@@ -132,7 +132,11 @@ SELECT e AS cron, t.try(format('SELECT gd_cron_ticks(%L)', e)) AS result
   FROM unnest(ARRAY['61 * * * *', '* 24 * * *', '* * * *', '* * * * * * *', '0 0 30 2 *', '0 0 31 4,6 *',
                     '*/0 * * * *', '5-3 * * * *', '0 0 * FOO *', '0 0 * * MON-', '1,,2 * * * *', '1, * * * *',
                     '@often', '@daily 5', '@every 0 seconds', '@every 1 month', '@every banana', '@every 1.5 seconds',
-                    '', '   ']) e;
+                    '', '   ',
+                    -- other characters than ASCII: named whole, positions in characters
+                    '0 0 * * é', '* * * * MÖN', '5é * * * *', 'ü ü ü ü ü ü ü', 'ä ä ä', '@täglich',
+                    '* * * * ' || repeat('ä', 40), 'ä @every 1 minute']) e;
+
 SELECT t.try($$SELECT gd_cron_ticks('* * * * *', 'Mars/Olympus_Mons')$$) AS unknown_zone;
 SELECT t.try($$SELECT gd_cron_ticks('* * * * *', 'UTC', now(), -1)$$) AS bad_count;
 SELECT t.try($$SELECT gd_cron_ticks(NULL)$$) AS null_cron;
