@@ -75,6 +75,14 @@ int64 parse_every(const char *cron, const char *interval_text)
     return microseconds / USECS_PER_SEC;
 }
 
+/* A zone that is only an offset ("-7", "+05:30"): SET TIME ZONE reads "-7" as UTC-07:00, pg_tzset (POSIX,
+ * and AT TIME ZONE) as UTC+07:00. */
+bool bare_offset(const char *zone)
+{
+    zone += strspn(zone, " \t\n\r\f\v");
+    return *zone == '+' || *zone == '-' || *zone == '.' || isdigit(static_cast<unsigned char>(*zone));
+}
+
 Timing check_timing(text *cron_text, text *zone_text)
 {
     Timing timing{};
@@ -92,6 +100,12 @@ Timing check_timing(text *cron_text, text *zone_text)
             refuse_cron(cron, error.field, error.position, error.message);
     }
     char *zone_name = text_to_cstring(zone_text);
+    if (bare_offset(zone_name))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: time zone \"%s\" is a bare UTC offset, whose sign SET TIME ZONE reads "
+                               "one way and POSIX the other", zone_name),
+                        errhint("Name the zone, e.g. America/Denver; for a fixed offset, POSIX signs count west of "
+                                "Greenwich: Etc/GMT+7 and <-07>7 are UTC-07:00.")));
     timing.zone = zone_name[0] == '\0' ? nullptr : pg_tzset(zone_name);
     if (timing.zone == nullptr || !pg_tz_acceptable(timing.zone))
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -136,8 +136,13 @@ SELECT e AS cron, t.try(format('SELECT gd_cron_ticks(%L)', e)) AS result
                     -- other characters than ASCII: named whole, positions in characters
                     '0 0 * * é', '* * * * MÖN', '5é * * * *', 'ü ü ü ü ü ü ü', 'ä ä ä', '@täglich',
                     '* * * * ' || repeat('ä', 40), 'ä @every 1 minute']) e;
-
 SELECT t.try($$SELECT gd_cron_ticks('* * * * *', 'Mars/Olympus_Mons')$$) AS unknown_zone;
+-- A bare offset is refused: SET TIME ZONE '-7' is UTC-07:00, POSIX (pg_tzset, AT TIME ZONE) reads UTC+07:00.
+SELECT z AS zone, t.try(format('SELECT gd_cron_ticks(%L, %L)', '0 12 * * *', z)) AS result
+  FROM unnest(ARRAY['-7', '+7', '7', ' -7', '+05:30', '3.5', '0']) z;
+-- Names are taken, POSIX strings with their signs (west positive) too.
+SELECT z AS zone, (SELECT t FROM gd_cron_ticks('0 12 * * *', z, '2026-01-01Z', 1) t) AS noon
+  FROM unnest(ARRAY['Etc/GMT+7', 'UTC+7', '<-07>7', '<+0530>-5:30', 'EST5EDT']) z;
 SELECT t.try($$SELECT gd_cron_ticks('* * * * *', 'UTC', now(), -1)$$) AS bad_count;
 SELECT t.try($$SELECT gd_cron_ticks(NULL)$$) AS null_cron;
 
