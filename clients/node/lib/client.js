@@ -6,7 +6,7 @@
  */
 const pg = require('pg');
 const { interval } = require('./outcomes');
-const { statements, SQL } = require('./sql');
+const { statements, apiSchemaOption, SQL } = require('./sql');
 
 const INSERT_OPTIONS = ['step', 'queue', 'priority', 'concurrencyKey', 'correlationKey', 'correlationScope',
   'rateLimit', 'weight', 'eligibleAt', 'scheduleIn', 'onDuplicate', 'traceContext'];
@@ -52,14 +52,20 @@ function instanceFrom(row) {
 }
 
 class Client {
-  /** Client.connect(config) opens a connection; new Client(pgClient) uses yours as it is. */
-  constructor(client, { own = false } = {}) {
+  /**
+   * Client.connect(config) opens a connection; new Client(pgClient) uses yours as it is.
+   * `apiSchema` names the schema of the API's functions (a PL/Proxy router's, which has no
+   * extension); by default it is the extension's, looked up.
+   */
+  constructor(client, { own = false, apiSchema = null } = {}) {
     this.client = client;
     this.own = own;
+    this.apiSchema = apiSchemaOption(apiSchema);
   }
 
-  static async connect(config = {}, { pooler } = {}) {
-    return new Client((await connect(config, { pooler })).client, { own: true });
+  static async connect(config = {}, { pooler, apiSchema = null } = {}) {
+    apiSchemaOption(apiSchema); // a bad one fails before a connection is opened
+    return new Client((await connect(config, { pooler })).client, { own: true, apiSchema });
   }
 
   async end() {
@@ -68,7 +74,7 @@ class Client {
 
   /** The statements that call the API on this connection. */
   sql() {
-    return statements(this.client);
+    return statements(this.client, this.apiSchema);
   }
 
   async one(sql, parameters) {

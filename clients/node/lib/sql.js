@@ -6,7 +6,8 @@
  * gd_claim, or a to_jsonb(gd.context) (an exact type match beats
  * pg_catalog's polymorphic one), in our way.  Built-ins are pg_catalog's;
  * the API's functions are in the schema the extension was created in,
- * looked up once per connection (statements).
+ * looked up once per connection (statements), or in the one given
+ * (apiSchema: a PL/Proxy router's, sharding/README.md).
  */
 
 // The schema of the API functions, quoted as an identifier.
@@ -44,9 +45,25 @@ function apiStatements(api) {
 }
 
 const known = new WeakMap(); // pg.Client -> its statements
+const named = new Map(); // an apiSchema given -> its statements
 
-/** The statements that call the API in the connection's database (its schema looked up once). */
-async function statements(client) {
+/** The apiSchema a client or a worker is given: null (look it up), or a schema's name as it is. */
+function apiSchemaOption(apiSchema) {
+  if (apiSchema != null && (typeof apiSchema !== 'string' || apiSchema === '' || apiSchema.includes('\0'))) {
+    throw new TypeError(`apiSchema must be a schema's name, not ${JSON.stringify(apiSchema)}`);
+  }
+  return apiSchema ?? null;
+}
+
+/**
+ * The statements that call the API in the connection's database: in schema
+ * `apiSchema` if given, else in the extension's (looked up once).
+ */
+async function statements(client, apiSchema = null) {
+  if (apiSchema != null) {
+    if (!named.has(apiSchema)) named.set(apiSchema, apiStatements(`"${apiSchema.replace(/"/g, '""')}"`));
+    return named.get(apiSchema);
+  }
   if (!known.has(client)) {
     const { rows } = await client.query(API_SCHEMA);
     if (!rows.length) {
@@ -72,4 +89,4 @@ const SQL = {
                    ORDER BY 1`,
 };
 
-module.exports = { statements, SQL };
+module.exports = { statements, apiSchemaOption, SQL };

@@ -21,12 +21,14 @@
  *  - a heartbeat extends every claim in hand every third of `lease`;
  *  - lost connections are opened again with backoff;
  *  - stop() (SIGTERM, SIGINT) drains: the step in hand finishes, the rest
- *    of its batch goes back (gd_release), run() resolves.
+ *    of its batch goes back (gd_release), run() resolves;
+ *  - the API's functions are called in the extension's schema, looked up
+ *    once per connection, or in `apiSchema` if given.
  */
 const os = require('os');
 const { connect, toId } = require('./client');
 const { isOutcome, retry, interval } = require('./outcomes');
-const { statements, SQL } = require('./sql');
+const { statements, apiSchemaOption, SQL } = require('./sql');
 
 const INVALID_PARAMETER_VALUE = '22023';
 
@@ -78,10 +80,11 @@ const quietLog = { info() {}, warn: (m) => console.warn(m) };
 class Worker {
   constructor(config = {}, {
     handlers = {}, queues = null, concurrency = 1, batch = 10, lease = 30, poll = 10, name = null,
-    listenConfig = null, pooler = null, log = quietLog,
+    listenConfig = null, pooler = null, apiSchema = null, log = quietLog,
   } = {}) {
     if (concurrency < 1 || batch < 1) throw new RangeError('concurrency and batch must be at least 1');
     Object.assign(this, { config, queues, concurrency, batch, lease, poll, listenConfig, pooler, log });
+    this.apiSchema = apiSchemaOption(apiSchema);
     this.name = name ?? `${os.hostname()}:${process.pid}`;
     this.handlers = new Map(Object.entries(handlers)); // 'fsm/step' -> handler
     this.stopping = false;
@@ -130,6 +133,11 @@ class Worker {
     } finally {
       if (signals) { process.off('SIGTERM', onSignal); process.off('SIGINT', onSignal); }
     }
+  }
+
+  /** The statements that call the API on this connection (in `apiSchema` if given). */
+  sql(client) {
+    return statements(client, this.apiSchema);
   }
 
   connect(config = this.config) {
@@ -202,7 +210,7 @@ class Worker {
   }
 
   async claimAndRun(client, start) {
-    const { claim } = await statements(client);
+    const { claim } = await this.sql(client);
     const fsms = this.fsms();
     for (let offset = 0; offset < this.queues.length; offset++) {
       const queue = this.queues[(start + offset) % this.queues.length];
@@ -272,7 +280,7 @@ class Worker {
   async complete(client, claims, outcomes) {
     await client.query('SAVEPOINT gd_complete');
     try {
-      const { rows } = await client.query((await statements(client)).completeAll,
+      const { rows } = await client.query((await this.sql(client)).completeAll,
         [claims.map((c) => c.id), claims.map((c) => c.token), outcomes.map((o) => JSON.stringify(o))]);
       await client.query('RELEASE SAVEPOINT gd_complete');
       return rows.map((r) => r.completed);
@@ -296,13 +304,13 @@ class Worker {
   }
 
   async completeOne(client, claim, outcome) {
-    const { complete } = await statements(client);
+    const { complete } = await this.sql(client);
     const { rows } = await client.query(complete, [claim.id, claim.token, JSON.stringify(outcome)]);
     return rows[0].completed;
   }
 
   async release(client, claims, why) {
-    const { release } = await statements(client);
+    const { release } = await this.sql(client);
     for (const c of claims) await client.query(release, [c.id, c.token]);
     if (claims.length) {
       this.log.warn(`worker ${this.name} released ${claims.length} claims (${why}): ` +
@@ -343,7 +351,7 @@ class Worker {
       while (!this.stopping) {
         await this.sleep(Math.max(this.lease / 3, 0.05));
         for (const [id, token] of [...this.inHand]) {
-          const { rows } = await client.query((await statements(client)).heartbeat, [id, token, interval(this.lease)]);
+          const { rows } = await client.query((await this.sql(client)).heartbeat, [id, token, interval(this.lease)]);
           if (!rows[0].kept && this.inHand.has(id)) this.lost.add(id);
         }
       }

@@ -38,6 +38,7 @@ def main(argv=None):
     worker.add_argument("--listen-dsn", help="connection for LISTEN (direct or session-mode, when --dsn is pooled)")
     worker.add_argument("--pooler", choices=["auto", "yes", "no"], default="auto",
                         help="a transaction pooler in between (auto: when the server's port is not the one reached)")
+    worker.add_argument("--api-schema", help="the schema of the API's functions (default: the extension's, looked up)")
     worker.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -48,7 +49,8 @@ def main(argv=None):
     handlers = load_handlers(args.handlers)
     workers = [Worker(dsn, handlers, queues=args.queues, concurrency=args.concurrency, batch=args.batch,
                       lease=args.lease, poll=args.poll, name=args.name, listen_conninfo=args.listen_dsn,
-                      pooler={"auto": None, "yes": True, "no": False}[args.pooler]) for dsn in dsns]
+                      pooler={"auto": None, "yes": True, "no": False}[args.pooler], api_schema=args.api_schema)
+               for dsn in dsns]
     run_workers(workers)
 
 

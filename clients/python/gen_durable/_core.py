@@ -3,6 +3,7 @@ send, the shapes of what comes back, handler look-up, reconnect backoff,
 and how a pooler between the client and the server is recognised."""
 
 import dataclasses
+import functools
 import logging
 import os
 import random
@@ -23,7 +24,8 @@ log = logging.getLogger("gen_durable")
 # ours and put its own gd_claim, or a to_jsonb(gd.context) (an exact type
 # match beats pg_catalog's polymorphic one), in our way.  Built-ins are
 # pg_catalog's; the API's functions are in the schema the extension was
-# created in, looked up once per connection (API_SCHEMA, remember_statements).
+# created in, looked up once per connection (API_SCHEMA, remember_statements),
+# or in the one given (api_schema: a PL/Proxy router's, sharding/README.md).
 
 # The schema of the API functions, quoted as an identifier.
 API_SCHEMA = ("SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e"
@@ -64,8 +66,23 @@ class Statements:
 _statements: "weakref.WeakKeyDictionary[Any, Statements]" = weakref.WeakKeyDictionary()
 
 
-def known_statements(connection) -> Optional[Statements]:
-    """The connection's statements, if its API schema was looked up already."""
+def api_schema_option(api_schema: Optional[str]) -> Optional[str]:
+    """The api_schema a client or a worker is given: None (look it up), or a schema's name as it is."""
+    if api_schema is not None and (not isinstance(api_schema, str) or not api_schema or "\0" in api_schema):
+        raise ValueError(f"api_schema must be a schema's name, not {api_schema!r}")
+    return api_schema
+
+
+@functools.lru_cache(maxsize=32)
+def _named_statements(api_schema: str) -> Statements:
+    return Statements('"' + api_schema.replace('"', '""') + '"')
+
+
+def known_statements(connection, api_schema: Optional[str] = None) -> Optional[Statements]:
+    """The statements of the API schema given (nothing looked up), else the
+    connection's, if its API schema was looked up already."""
+    if api_schema is not None:
+        return _named_statements(api_schema)
     return _statements.get(connection)
 
 
@@ -334,7 +351,8 @@ class WorkerSettings:
     def __init__(self, conninfo: str = "", handlers: Optional[Mapping[Tuple[str, str], Handler]] = None, *,
                  queues: Optional[Sequence[str]] = None, concurrency: int = 1, batch: int = 10,
                  lease: float = 30.0, poll: float = 10.0, name: Optional[str] = None,
-                 listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None):
+                 listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None,
+                 api_schema: Optional[str] = None):
         if concurrency < 1 or batch < 1:
             raise ValueError("concurrency and batch must be at least 1")
         self.conninfo = conninfo
@@ -347,6 +365,7 @@ class WorkerSettings:
         self.name = name or default_worker_name()
         self.listen_conninfo = listen_conninfo
         self.pooler = pooler
+        self.api_schema = api_schema_option(api_schema)
         self._in_hand: Dict[int, int] = {}       # claim id -> lease token, for the heartbeat
         self._lost: set = set()
         self._watch = NotifyWatch(self.name, listen_conninfo is not None)

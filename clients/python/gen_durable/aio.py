@@ -37,9 +37,9 @@ async def connect(conninfo: str = "", pooler: Optional[bool] = None,
     return connection, pooler
 
 
-async def statements(connection: psycopg.AsyncConnection) -> _core.Statements:
+async def statements(connection: psycopg.AsyncConnection, api_schema: Optional[str] = None) -> _core.Statements:
     """As gen_durable.client.statements, for asyncio."""
-    known = _core.known_statements(connection)
+    known = _core.known_statements(connection, api_schema)
     if known is None:
         cursor = await connection.execute(_core.API_SCHEMA)
         known = _core.remember_statements(connection, await cursor.fetchone())
@@ -49,13 +49,16 @@ async def statements(connection: psycopg.AsyncConnection) -> _core.Statements:
 class AsyncClient:
     """gen_durable.client.Client for asyncio: `await AsyncClient.connect(conninfo)`, or AsyncClient(connection)."""
 
-    def __init__(self, connection: psycopg.AsyncConnection, *, own: bool = False):
+    def __init__(self, connection: psycopg.AsyncConnection, *, own: bool = False, api_schema: Optional[str] = None):
         self.connection = connection
         self._own = own
+        self.api_schema = _core.api_schema_option(api_schema)
 
     @classmethod
-    async def connect(cls, conninfo: str = "", *, pooler: Optional[bool] = None) -> "AsyncClient":
-        return cls((await connect(conninfo, pooler))[0], own=True)
+    async def connect(cls, conninfo: str = "", *, pooler: Optional[bool] = None,
+                      api_schema: Optional[str] = None) -> "AsyncClient":
+        _core.api_schema_option(api_schema)   # a bad one fails before a connection is opened
+        return cls((await connect(conninfo, pooler))[0], own=True, api_schema=api_schema)
 
     async def close(self):
         if self._own:
@@ -71,7 +74,7 @@ class AsyncClient:
         return self.connection.transaction()
 
     async def _sql(self) -> _core.Statements:
-        return await statements(self.connection)
+        return await statements(self.connection, self.api_schema)
 
     async def _one(self, sql: str, parameters) -> Any:
         cursor = await self.connection.execute(sql, parameters)
@@ -156,6 +159,9 @@ class AsyncWorker(_core.WorkerSettings):
         return await connect(conninfo if conninfo is not None else self.conninfo, self.pooler,
                              application_name=f"gd worker {self.name}")
 
+    async def _sql(self, connection) -> _core.Statements:
+        return await statements(connection, self.api_schema)
+
     async def _sleep(self, seconds: float) -> bool:
         """Sleep unless stopping; true when the sleep was cut short by a stop."""
         try:
@@ -191,7 +197,7 @@ class AsyncWorker(_core.WorkerSettings):
                 await self._sleep(delay)
 
     async def _claim_and_run(self, connection, start: int) -> int:
-        claim, fsms = (await statements(connection)).claim, self.handlers.fsms()
+        claim, fsms = (await self._sql(connection)).claim, self.handlers.fsms()
         for offset in range(len(self.queues)):
             queue = self.queues[(start + offset) % len(self.queues)]
             cursor = await connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms])
@@ -248,7 +254,7 @@ class AsyncWorker(_core.WorkerSettings):
     async def _complete(self, connection, claims: List[Claim], outcomes: List[Outcome]) -> List[bool]:
         try:
             async with connection.transaction():
-                cursor = await connection.execute((await statements(connection)).complete_all,
+                cursor = await connection.execute((await self._sql(connection)).complete_all,
                                                   _core.completion_parameters(claims, outcomes))
                 return [completed for _, completed in await cursor.fetchall()]
         except psycopg.errors.InvalidParameterValue:
@@ -262,15 +268,14 @@ class AsyncWorker(_core.WorkerSettings):
                 completed.append(await self._complete_one(connection, claim, _core.bad_outcome(e, self.name)))
         return completed
 
-    @staticmethod
-    async def _complete_one(connection, claim: Claim, outcome: Outcome) -> bool:
-        cursor = await connection.execute((await statements(connection)).complete,
+    async def _complete_one(self, connection, claim: Claim, outcome: Outcome) -> bool:
+        cursor = await connection.execute((await self._sql(connection)).complete,
                                           [claim.id, claim.token, jsonb(outcome)])
         return (await cursor.fetchone())[0]
 
     async def _release(self, connection, claims: List[Claim], why: str):
         for claim in claims:
-            await connection.execute((await statements(connection)).release, [claim.id, claim.token])
+            await connection.execute((await self._sql(connection)).release, [claim.id, claim.token])
         if claims:
             log.warning("worker %s released %d claims (%s): %s", self.name, len(claims), why,
                         ", ".join(f"{c.fsm}/{c.step} #{c.id}" for c in claims))
@@ -308,7 +313,7 @@ class AsyncWorker(_core.WorkerSettings):
                     backoff.reset()
                     while not await self._sleep(every):
                         for claim_id, token in list(self._in_hand.items()):
-                            cursor = await connection.execute((await statements(connection)).heartbeat,
+                            cursor = await connection.execute((await self._sql(connection)).heartbeat,
                                                               [claim_id, token, interval(self.lease)])
                             if not (await cursor.fetchone())[0] and claim_id in self._in_hand:
                                 self._lost.add(claim_id)

@@ -24,9 +24,10 @@ def connect(conninfo: str = "", pooler: Optional[bool] = None, **options) -> "tu
     return connection, pooler
 
 
-def statements(connection: psycopg.Connection) -> _core.Statements:
-    """The statements that call the API in the connection's database (its schema looked up once)."""
-    return (_core.known_statements(connection)
+def statements(connection: psycopg.Connection, api_schema: Optional[str] = None) -> _core.Statements:
+    """The statements that call the API in the connection's database: in schema
+    api_schema if given, else in the extension's (looked up once)."""
+    return (_core.known_statements(connection, api_schema)
             or _core.remember_statements(connection, connection.execute(_core.API_SCHEMA).fetchone()))
 
 
@@ -35,10 +36,13 @@ class Client:
 
     Client(conninfo) opens a connection (autocommit; no server-side prepared
     statements behind a pooler); Client(connection=conn) uses yours as it is.
+    api_schema names the schema of the API's functions (a PL/Proxy router's,
+    which has no extension); by default it is the extension's, looked up.
     """
 
     def __init__(self, conninfo: str = "", *, connection: Optional[psycopg.Connection] = None,
-                 pooler: Optional[bool] = None):
+                 pooler: Optional[bool] = None, api_schema: Optional[str] = None):
+        self.api_schema = _core.api_schema_option(api_schema)
         self._own = connection is None
         self.connection = connect(conninfo, pooler)[0] if self._own else connection
 
@@ -57,7 +61,7 @@ class Client:
         return self.connection.transaction()
 
     def _sql(self) -> _core.Statements:
-        return statements(self.connection)
+        return statements(self.connection, self.api_schema)
 
     def _one(self, sql: str, parameters) -> Any:
         return self.connection.execute(sql, parameters).fetchone()[0]

@@ -31,7 +31,9 @@ direct or session-mode connection), or the worker warns once work turns up
 only on polls.  A heartbeat thread extends the leases of every claim in
 hand.  A lost connection is re-opened with backoff; its claims come back
 when their leases expire.  stop() (SIGTERM, SIGINT) drains: no new claims,
-the batches in hand finish and commit, and run() returns.
+the batches in hand finish and commit, and run() returns.  The API's
+functions are called in the extension's schema, looked up once per
+connection, or in api_schema if given.
 """
 
 import logging
@@ -93,6 +95,9 @@ class Worker(_core.WorkerSettings):
     def _connect(self, conninfo: Optional[str] = None) -> "tuple[psycopg.Connection, bool]":
         return connect(conninfo if conninfo is not None else self.conninfo, self.pooler,
                        application_name=f"gd worker {self.name}")
+
+    def _sql(self, connection: psycopg.Connection) -> _core.Statements:
+        return statements(connection, self.api_schema)
 
     def _resolve_queues(self):
         """Without queues given, the queues the handled steps run on, as defined."""
@@ -156,7 +161,7 @@ class Worker(_core.WorkerSettings):
 
     def _claim_and_run(self, connection: psycopg.Connection, start: int) -> int:
         """Claim a batch from the first queue that has work (round robin from `start`), run it; how many claimed."""
-        claim, fsms = statements(connection).claim, self.handlers.fsms()
+        claim, fsms = self._sql(connection).claim, self.handlers.fsms()
         for offset in range(len(self.queues)):
             queue = self.queues[(start + offset) % len(self.queues)]
             rows = connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms]).fetchall()
@@ -212,7 +217,7 @@ class Worker(_core.WorkerSettings):
         """All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt."""
         try:
             with connection.transaction():
-                rows = connection.execute(statements(connection).complete_all,
+                rows = connection.execute(self._sql(connection).complete_all,
                                           _core.completion_parameters(claims, outcomes)).fetchall()
             return [completed for _, completed in rows]
         except psycopg.errors.InvalidParameterValue:
@@ -226,14 +231,13 @@ class Worker(_core.WorkerSettings):
                 completed.append(self._complete_one(connection, claim, _core.bad_outcome(e, self.name)))
         return completed
 
-    @staticmethod
-    def _complete_one(connection: psycopg.Connection, claim: Claim, outcome: Outcome) -> bool:
-        return connection.execute(statements(connection).complete,
+    def _complete_one(self, connection: psycopg.Connection, claim: Claim, outcome: Outcome) -> bool:
+        return connection.execute(self._sql(connection).complete,
                                   [claim.id, claim.token, _core.jsonb(outcome)]).fetchone()[0]
 
     def _release(self, connection: psycopg.Connection, claims: List[Claim], why: str):
         for claim in claims:
-            connection.execute(statements(connection).release, [claim.id, claim.token])
+            connection.execute(self._sql(connection).release, [claim.id, claim.token])
         if claims:
             log.warning("worker %s released %d claims (%s): %s", self.name, len(claims), why,
                         ", ".join(f"{c.fsm}/{c.step} #{c.id}" for c in claims))
@@ -292,7 +296,7 @@ class Worker(_core.WorkerSettings):
                         with self._lock:
                             in_hand = list(self._in_hand.items())
                         for claim_id, token in in_hand:
-                            kept = connection.execute(statements(connection).heartbeat,
+                            kept = connection.execute(self._sql(connection).heartbeat,
                                                       [claim_id, token, interval(self.lease)]).fetchone()[0]
                             if not kept:
                                 with self._lock:
