@@ -112,10 +112,12 @@ Transition run_handler(const PickedInstance &row, const StepDefinition &def, con
     TimestampTz started = GetCurrentTimestamp();
     HeapTupleHeader outcome = gd_call_handler(row, def, queue);
     Transition t = gd_outcome_transition(row, def, outcome, def.owner);
-    /* A child's correlation key an open transaction is inserting fails the attempt, not the round, after a while. */
-    int nest_level = gd_bound_lock_waits(GD_TENANT_LOCK_WAIT_MS);
-    gd_prepare_transition(row.id, t);
-    AtEOXact_GUC(true, nest_level);
+    if (t.status == Status::awaiting_children) {
+        /* A child's correlation key an open transaction is inserting fails the attempt, not the round, after a while. */
+        int nest_level = gd_bound_lock_waits(GD_TENANT_LOCK_WAIT_MS);
+        gd_prepare_transition(row.id, t);
+        AtEOXact_GUC(true, nest_level);
+    }
     t.started_at = started;
     t.duration_us = GetCurrentTimestamp() - started;
     return t;
