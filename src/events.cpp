@@ -17,6 +17,7 @@
  */
 #include "executor.hpp"
 #include "guard.hpp"
+#include "pg_compat.hpp"
 #include "stats.hpp"
 
 extern "C" {
@@ -26,7 +27,6 @@ extern "C" {
 #include "common/hmac.h"
 #include "common/sha2.h"
 #include "lib/stringinfo.h"
-#include "replication/message.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -112,7 +112,7 @@ void gd_emit_event(const InstanceEvent &e)
     appendStringInfo(&json, ", \"attempt\": %d, \"at\": \"%s\", \"xid\": %u}", e.attempt,
                      timestamptz_to_str(GetCurrentTimestamp()), GetTopTransactionId());
     sign(&json);
-    LogLogicalMessage("gen_durable", json.data, json.len, true);
+    gd_log_transactional_message("gen_durable", json.data, json.len);
     pfree(json.data);
 }
 

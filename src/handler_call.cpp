@@ -321,7 +321,7 @@ bool gd_handler_timed_out()
 void gd_forget_handler_session_state()
 {
     /* An engine worker's session holds none of its own; gd._execute's caller's are not the handler's to drop. */
-    if (IsBackgroundWorker)
+    if (gd_my_worker_kind() != WorkerKind::free)
         LockReleaseSession(USER_LOCKMETHOD);
 }
 

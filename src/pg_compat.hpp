@@ -12,6 +12,7 @@ extern "C" {
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
 #include "miscadmin.h"
+#include "replication/message.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
 }
@@ -57,5 +58,15 @@ inline bool gd_owns_extension(Oid extension, Oid role)
     return object_ownercheck(ExtensionRelationId, extension, role);
 #else
     return pg_extension_ownercheck(extension, role);
+#endif
+}
+
+/* Write a transactional logical decoding message (17 added the flush argument: a transactional one is flushed at commit). */
+inline void gd_log_transactional_message(const char *prefix, const char *message, size_t size)
+{
+#if PG_VERSION_NUM >= 170000
+    (void) LogLogicalMessage(prefix, message, size, true, false);
+#else
+    (void) LogLogicalMessage(prefix, message, size, true);
 #endif
 }
