@@ -81,7 +81,9 @@ GD_SQL_FUNCTION(gd_await_sleep)
 {
     int32 timeout_ms = PG_GETARG_INT32(0);
     if (timeout_ms > 0) {
-        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, PG_WAIT_EXTENSION);
+        static uint32 awaiting = 0;
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms,
+                         gd_wait_event(awaiting, "GenDurableAwait"));
         ResetLatch(MyLatch);
     }
     CHECK_FOR_INTERRUPTS();

@@ -15,6 +15,7 @@
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
+#include "pg_compat.hpp"
 
 extern "C" {
 #include "miscadmin.h"
@@ -295,7 +296,8 @@ void launcher_loop()
     for (;;) {
         long wait_ms = reconcile();
         int events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (wait_ms >= 0 ? WL_TIMEOUT : 0);
-        (void) WaitLatch(MyLatch, events, wait_ms, PG_WAIT_EXTENSION);
+        static uint32 planning = 0;
+        (void) WaitLatch(MyLatch, events, wait_ms, gd_wait_event(planning, "GenDurableLauncher"));
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
         if (ConfigReloadPending) {

@@ -13,6 +13,7 @@ extern "C" {
 #include "catalog/pg_proc.h"
 #include "miscadmin.h"
 #include "replication/message.h"
+#include "utils/wait_event.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
 }
@@ -68,5 +69,22 @@ inline void gd_log_transactional_message(const char *prefix, const char *message
     (void) LogLogicalMessage(prefix, message, size, true, false);
 #else
     (void) LogLogicalMessage(prefix, message, size, true);
+#endif
+}
+
+/*
+ * The wait event of a wait of the engine's, as pg_stat_activity names it: its
+ * own name under wait_event_type 'Extension' from 17 (WaitEventExtensionNew,
+ * once per process and name), 'Extension' alone before.
+ */
+inline uint32 gd_wait_event(uint32 &cached, const char *name)
+{
+#if PG_VERSION_NUM >= 170000
+    if (cached == 0)
+        cached = WaitEventExtensionNew(name);
+    return cached;
+#else
+    (void) name;
+    return cached = PG_WAIT_EXTENSION;
 #endif
 }

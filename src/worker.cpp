@@ -19,6 +19,7 @@
  */
 #include "executor.hpp"
 #include "guard.hpp"
+#include "pg_compat.hpp"
 #include "labelled_stats.hpp"
 
 extern "C" {
@@ -245,7 +246,11 @@ void sleep_on_latch(long timeout_ms)
 {
     my_slot->idle = true;
     gd_note_executor_busy(my_slot, false);
-    (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, PG_WAIT_EXTENSION);
+    static uint32 idle = 0;
+    const char *name = my_kind == WorkerKind::executor ? "GenDurableExecutorIdle"
+                       : my_kind == WorkerKind::reaper ? "GenDurableReaperIdle"
+                                                       : "GenDurableCollectorIdle";
+    (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, gd_wait_event(idle, name));
     my_slot->idle = false;
     gd_note_executor_busy(my_slot, true);
 }

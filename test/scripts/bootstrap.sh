@@ -1,27 +1,39 @@
 #!/usr/bin/env bash
 # Bootstrap a Debian 12 machine for gen_durable: install the build/test
 # dependencies (as root, only when something is missing), then build and
-# install the extension against PostgreSQL 15.
+# install the extension against one PostgreSQL major.
 #
-#   bash test/scripts/bootstrap.sh      deps + build + install
+#   bash test/scripts/bootstrap.sh      deps + build + install (PostgreSQL 15)
 #   source test/scripts/bootstrap.sh    only defines the helpers below and puts
-#                                       PG 15's bindir first on PATH; the caller
-#                                       runs gd_bootstrap_deps / gd_build_install
+#                                       the major's bindir first on PATH; the
+#                                       caller runs gd_bootstrap_deps / gd_build_install
+#
+# The major: GD_PG_MAJOR (default 15), Debian's packages of it
+# (/usr/lib/postgresql/MAJOR: bookworm's 15, or trixie's 17 inside the chroot
+# of test/scripts/pg_chroot.sh), or, with GD_PG_PREFIX, a PostgreSQL built
+# from source into that prefix (18: test/scripts/pg_source.sh).
 #
 # Helpers for the other scripts: gd_as_pg (run a command as the postgres OS
-# user, since initdb refuses root), gd_free_port, gd_log.
+# user, since initdb refuses root), gd_free_port, gd_log, gd_tap_env.
 
 set -euo pipefail
 
-GD_PG_MAJOR=15
-GD_PG_BINDIR=/usr/lib/postgresql/$GD_PG_MAJOR/bin
+GD_PG_MAJOR=${GD_PG_MAJOR:-15}
+GD_PG_PREFIX=${GD_PG_PREFIX:-}
+if [[ -n $GD_PG_PREFIX ]]; then
+    GD_PG_BINDIR=$GD_PG_PREFIX/bin
+else
+    GD_PG_BINDIR=/usr/lib/postgresql/$GD_PG_MAJOR/bin
+fi
 GD_PG_CONFIG=$GD_PG_BINDIR/pg_config
-# shellcheck disable=SC2034 # used by check.sh
-GD_PGXS_DIR=/usr/lib/postgresql/$GD_PG_MAJOR/lib/pgxs
 GD_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# PGXS, pg_regress, pg_isolation_regress and the TAP modules (once the major is installed).
+gd_pgxs_dir() { echo "$("$GD_PG_CONFIG" --pkglibdir)/pgxs"; }
+# shellcheck disable=SC2034 # used by check.sh and the run_* scripts
+GD_PGXS_DIR=$([[ -x $GD_PG_CONFIG ]] && gd_pgxs_dir || true)
 
 # Debian's /usr/bin/pg_config may belong to another major: make sure every
-# pg_config/initdb/psql/prove helper we run is PG 15's.
+# pg_config/initdb/psql/prove helper we run is the major's.
 case ":$PATH:" in
     *":$GD_PG_BINDIR:"*) ;;
     *) export PATH="$GD_PG_BINDIR:$PATH" ;;
@@ -29,11 +41,16 @@ esac
 
 gd_log() { printf '==> %s\n' "$*"; }
 
-# Packages the build and the three test suites need.
-GD_PACKAGES=(
-    postgresql-15             # server, initdb, pg_ctl (pulls postgresql-common: the postgres user)
-    postgresql-client-15      # psql, createdb
-    postgresql-server-dev-15  # pg_config, PGXS, pg_regress, pg_isolation_regress, TAP modules
+# Packages the build and the test suites need: Debian's PostgreSQL of the
+# major (none for one built from source), then the rest.
+GD_PACKAGES=()
+[[ -n $GD_PG_PREFIX ]] || GD_PACKAGES+=(
+    postgresql-$GD_PG_MAJOR             # server, initdb, pg_ctl (pulls postgresql-common: the postgres user)
+    postgresql-client-$GD_PG_MAJOR      # psql, createdb, pg_regress, pg_isolation_regress, TAP modules
+    postgresql-server-dev-$GD_PG_MAJOR  # pg_config, PGXS
+    postgresql-$GD_PG_MAJOR-plproxy     # the sharding router (sharding/, 055_sharding)
+)
+GD_PACKAGES+=(
     libboost-dev
     g++
     make
@@ -47,7 +64,6 @@ GD_PACKAGES=(
     python3-starlette python3-uvicorn python3-jinja2 python3-psycopg-pool python3-multipart  # gd-web (web/)
     python3-httpx             # its HTTP tests (Starlette's test client)
     python3-selenium chromium chromium-driver  # its browser tests (053_web)
-    postgresql-15-plproxy     # the sharding router (sharding/, 055_sharding)
     util-linux                # runuser
 )
 
@@ -85,6 +101,7 @@ gd_bootstrap_deps() {
         useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash postgres
     fi
     [[ -x $GD_PG_CONFIG ]] || { echo "bootstrap: $GD_PG_CONFIG not found" >&2; return 1; }
+    GD_PGXS_DIR=$(gd_pgxs_dir)
 }
 
 # Build the extension in directory $2 (must be warning-free: -Werror, and we
@@ -113,23 +130,49 @@ gd_make_install() {
     fi
 }
 
+# Where the major's build happens: a mirror of what the build reads
+# (.build/ in the checkout, ignored by git), one per major and kind of
+# installation, so a build for one major never links objects compiled for
+# another, and the next run rebuilds only what changed.
+gd_build_dir() {
+    echo "$GD_ROOT/.build/pg$GD_PG_MAJOR${GD_PG_PREFIX:+-source}"
+}
+
+# Mirror the build's inputs into gd_build_dir: files gone from the checkout go
+# from the mirror too (the Makefile builds every src/*.cpp); the others are
+# copied with their times, so make sees what changed.
+gd_mirror_sources() {
+    local dest f
+    dest=$(gd_build_dir)
+    local inputs=(Makefile gen_durable.control src sql test/modules)
+    mkdir -p "$dest"
+    while IFS= read -r f; do
+        [[ -e $GD_ROOT/$f ]] || rm -f "$dest/$f"
+    done < <(cd "$dest" && find "${inputs[@]}" -type f ! -name '*.o' ! -name '*.so' ! -name '*.bc' \
+                 ! -path 'sql/gen_durable--*' 2>/dev/null)
+    tar -C "$GD_ROOT" --exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude='sql/gen_durable--*' \
+        -cf - "${inputs[@]}" | tar -C "$dest" -xf -
+}
+
 # Build and install gen_durable; the make output goes to $1 (default: a temp file).
 gd_build_install() {
-    gd_make_install gen_durable "$GD_ROOT" "${1:-$(mktemp /tmp/gd_build.XXXXXX.log)}" || return 1
+    gd_mirror_sources
+    gd_make_install gen_durable "$(gd_build_dir)" "${1:-$(mktemp /tmp/gd_build.XXXXXX.log)}" || return 1
     gd_log "built and installed into $("$GD_PG_CONFIG" --pkglibdir)"
 }
 
-# Build and install a test module of test/modules ($1, its directory; its own
-# extension, gen_durable's files untouched); the make output goes to $2.
+# Build and install a test module of test/modules ($1, its name; its own
+# extension, gen_durable's files untouched; after gd_build_install, whose
+# mirror holds it); the make output goes to $2.
 gd_build_install_module() {
-    gd_make_install "test module $(basename "$1")" "$1" "$2"
+    gd_make_install "test module $1" "$(gd_build_dir)/test/modules/$1" "$2"
 }
 
-# The regress tests of a test module ($1, its directory): its Makefile's
+# The regress tests of a test module ($1, its name): its Makefile's
 # REGRESS, one name a line.
 gd_module_regress() {
     # shellcheck disable=SC2016 # $(REGRESS) is make's
-    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$1" --no-print-directory PG_CONFIG="$GD_PG_CONFIG" \
+    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$(gd_build_dir)/test/modules/$1" --no-print-directory PG_CONFIG="$GD_PG_CONFIG" \
         --eval='gd-print-REGRESS: ; @echo $(REGRESS)' gd-print-REGRESS | tr -s ' ' '\n' | sed '/^$/d'
 }
 
@@ -177,6 +220,28 @@ gd_build_previous_release() {
     fi
     [[ $EUID -ne 0 ]] || chown -R postgres: "$dest"
     echo "$prefix$(dirname "$GD_PG_BINDIR")"
+}
+
+# The previous release does not build on PostgreSQL 17 and later (nor ran on
+# them): the reason the update test is skipped there, or nothing.
+gd_previous_release_unavailable() {
+    ((GD_PG_MAJOR < 17)) || echo "the previous release ($GD_PREVIOUS_RELEASE) does not build on PostgreSQL $GD_PG_MAJOR"
+}
+
+# The environment of a TAP file, one NAME=value a line (for env): what
+# Makefile.global's prove_installcheck sets for a PGXS build — the TAP
+# modules' directories (TESTDIR up to 16; TESTDATADIR and TESTLOGDIR from 17:
+# both are set, to the same place), the major's bindir first on PATH
+# (Cluster.pm runs initdb/pg_ctl/pg_config from PATH), PGPORT, PG_REGRESS
+# (--config-auth) — and ours: the previous release's install (046_update).
+#   $1 scratch dir (TAP files in $1/t, their data under $1/tap)  $2 port  $3 previous install
+gd_tap_env() {
+    local work=$1
+    printf '%s\n' "TESTDIR=$work/tap" "TESTDATADIR=$work/tap/tmp_check" "TESTLOGDIR=$work/tap/tmp_check/log" \
+        "PATH=$GD_PG_BINDIR:$PATH" "PGPORT=$2" "GD_PREVIOUS_INSTALL=$3" \
+        "GD_PREVIOUS_UNAVAILABLE=$(gd_previous_release_unavailable)" \
+        "PG_REGRESS=$GD_PGXS_DIR/src/test/regress/pg_regress" \
+        "PERL5LIB=$work/t:$GD_PGXS_DIR/src/test/perl${PERL5LIB:+:$PERL5LIB}"
 }
 
 # The Node.js client's dependencies (npm's pg, pinned by its package-lock.json)

@@ -17,6 +17,7 @@ use GdTest;
 
 $PostgreSQL::Test::Utils::timeout_default = 60;
 
+plan skip_all => $ENV{GD_PREVIOUS_UNAVAILABLE} if $ENV{GD_PREVIOUS_UNAVAILABLE};
 my $previous = $ENV{GD_PREVIOUS_INSTALL};
 die 'GD_PREVIOUS_INSTALL names no build of the previous release (see gd_build_previous_release)'
   unless $previous && -x "$previous/bin/postgres";

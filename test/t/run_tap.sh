@@ -26,7 +26,7 @@ cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
 cp -r "$ROOT/examples" "$ROOT/clients" "$ROOT/web" "$ROOT/sharding" "$WORK/"
 cp "$ROOT/README.md" "$WORK/README.md"
 previous=
-if [[ " ${names[*]} " == *" t/046_update.pl "* ]]; then
+if [[ " ${names[*]} " == *" t/046_update.pl "* && -z $(gd_previous_release_unavailable) ]]; then
     previous=$(gd_build_previous_release "$WORK/previous")
 fi
 if [[ " ${names[*]} " == *" t/048_node_client.pl "* || " ${names[*]} " == *" t/049_poolers.pl "* ]]; then
@@ -37,10 +37,8 @@ export GD_PG_HOME=$WORK
 cd "$WORK"
 port=$(gd_free_port 5670)
 set +e
-gd_as_pg env TESTDIR="$WORK/tap" PATH="$GD_PG_BINDIR:$PATH" PGPORT="$port" GD_PREVIOUS_INSTALL="$previous" \
-    PG_REGRESS="$PGXS/src/test/regress/pg_regress" \
-    PERL5LIB="$WORK/t:$PGXS/src/test/perl${PERL5LIB:+:$PERL5LIB}" \
-    perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${names[@]}"
+mapfile -t tap_env < <(gd_tap_env "$WORK" "$port" "$previous")
+gd_as_pg env "${tap_env[@]}" perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${names[@]}"
 rc=$?
 set -e
 cat "$WORK/tap_counts"
