@@ -12,7 +12,8 @@
 # prefix on stdout; its log lines go to stderr.  The prefix holds:
 #   bin/ (pg_config, initdb, pg_ctl, postgres, psql, ...), all of contrib
 #   (test_decoding, pg_stat_statements, pgstattuple, ...), PL/Proxy (from
-#   sid's postgresql-plproxy source package), and the test harness where PGXS
+#   the postgresql-plproxy source package of sid, or of trixie or bookworm
+#   when the mirror lacks sid's tarball), and the test harness where PGXS
 #   looks for it: lib/pgxs/src/test/regress/pg_regress,
 #   lib/pgxs/src/test/isolation/pg_isolation_regress and
 #   lib/pgxs/src/test/perl/PostgreSQL/Test/*.pm (configured with
@@ -20,11 +21,15 @@
 # Its file .gd-complete (the versions it was built from) is written last and
 # the prefix appears by a rename: a prefix that exists is complete.
 #
-# Time on this project's machine (2 cores), measured:
-#   fresh (nothing cached, the build deps already installed): about 7 min
-#     (PostgreSQL + contrib ~6.5 min, PL/Proxy a few seconds)
-#   warm (the prefix is there): about 1 s (fetching and verifying sid's
-#     InRelease and Sources index, 12 MB, to learn the current version)
+# Time on this project's machine (2 cores), measured with 18.6-3:
+#   fresh (an empty cache, the build deps already installed): 3.5 to 5.5 min
+#     (216 s on a quiet machine, 280-330 s beside a running test suite;
+#     PostgreSQL + contrib is nearly all of it, PL/Proxy a few seconds); the
+#     first run on a new machine adds apt-get install of the missing build
+#     deps (bison, flex, liblz4-dev, libzstd-dev: ~20 s).  101 MB installed.
+#   warm (the prefix is there): about 2 s (1.3 to 2.9 s measured: finding
+#     apt's archive, fetching and verifying sid's InRelease and Sources index,
+#     12 MB, and unpacking it, to learn the current version)
 # When sid moves to a new postgresql-MAJOR upload, the next run builds the
 # new version into a new prefix (the old one is left in the cache).
 #
@@ -38,7 +43,9 @@
 #
 # Settings (environment):
 #   GD_CACHE            the cache directory (default /var/cache/gen_durable)
-#   GD_DEBIAN_MIRROR    default http://deb.debian.org/debian
+#   GD_DEBIAN_MIRROR    the Debian archive to fetch from (default: the one
+#                       apt is configured with for this machine's codename,
+#                       read with `apt-get indextargets`)
 #   GD_PG_SOURCE_PLPROXY_SUITES  where PL/Proxy's source may come from, in
 #                       order of preference (default "sid trixie bookworm")
 #   GD_PG_SOURCE_KEEP_WORK=1     keep the build directory of a failed build
@@ -63,6 +70,22 @@ GD_PG_SOURCE_BUILD_DEPS=(
 )
 
 _gd_pgs_log() { printf '==> pg_source: %s\n' "$*" >&2; }
+
+# The Debian archive's base URL (no trailing slash): GD_DEBIAN_MIRROR, or the
+# archive of apt's own source entry for this codename (read only).
+_gd_pgs_mirror() {
+    local m=${GD_DEBIAN_MIRROR:-} codename
+    if [[ -z $m ]]; then
+        codename=$(_gd_pgs_codename) || return 1
+        # shellcheck disable=SC2016 # $(REPO_URI) is apt's
+        m=$(apt-get indextargets --format '$(REPO_URI)' "Release: $codename" "Target-Of: deb" 2>/dev/null | head -n1) || true
+    fi
+    [[ -n $m ]] || {
+        echo "pg_source: apt has no source entry for $codename: set GD_DEBIAN_MIRROR to a Debian archive" >&2
+        return 1
+    }
+    echo "${m%/}"
+}
 
 # The host's codename (bookworm).
 _gd_pgs_codename() {
@@ -96,7 +119,8 @@ _gd_pgs_build_deps() {
 # an error; Valid-Until is not checked), then Sources.xz against InRelease's
 # sha256.  Leaves $1/Sources (uncompressed).
 _gd_pgs_fetch_index() {
-    local dir=$1 suite=$2 mirror=${GD_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+    local dir=$1 suite=$2 mirror
+    mirror=$(_gd_pgs_mirror) || return 1
     local keyring=/usr/share/keyrings/debian-archive-keyring.gpg want got
     curl -fsS --retry 3 -o "$dir/InRelease" "$mirror/dists/$suite/InRelease" || return 1
     gpgv --keyring "$keyring" --status-fd 3 --output "$dir/Release" "$dir/InRelease" \
@@ -141,8 +165,8 @@ _gd_pgs_field() { awk -v f="$2:" '$1 == f {print $2; exit}' <<<"$1"; }
 # Download the orig tarball of the stanza $1 into the directory $2 (kept
 # there across runs), checked against the stanza's sha256; prints its path.
 _gd_pgs_orig() {
-    local stanza=$1 dir=$2 mirror=${GD_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-    local pooldir line sum name
+    local stanza=$1 dir=$2 mirror pooldir line sum name
+    mirror=$(_gd_pgs_mirror) || return 1
     pooldir=$(_gd_pgs_field "$stanza" Directory)
     line=$(awk '/^Checksums-Sha256:/{s=1; next} /^[^ ]/{s=0} s && $3 ~ /\.orig\.tar\./ {print $1, $3; exit}' <<<"$stanza")
     sum=${line%% *} name=${line#* }
@@ -221,7 +245,7 @@ _gd_pgs_build() {
     mkdir -p "$work/src" "$stage" || return 1
     _gd_pgs_log "unpacking $(basename "$pg_tar")"
     tar -xf "$pg_tar" -C "$work/src" || return 1
-    src=$(find "$work/src" -mindepth 1 -maxdepth 1 -type d -name 'postgresql-*' | head -n1)
+    src=$(find "$work/src" -mindepth 1 -maxdepth 1 -type d -name 'postgresql-*' | head -n1) || true
     [[ -n $src && -x $src/configure ]] || { echo "pg_source: no configure in $pg_tar" >&2; return 1; }
     _gd_pgs_log "configuring (--prefix=$prefix)"
     # Debian's options that matter here (no LLVM, no PL languages, no NLS).
@@ -233,12 +257,11 @@ _gd_pgs_build() {
     _gd_pgs_step "${mk[@]}" -C "$src" -j2 world-bin || return 1
     _gd_pgs_log "installing into the staging directory"
     _gd_pgs_step "${mk[@]}" -C "$src" DESTDIR="$stage" install-world-bin || return 1
-    # What `make install` leaves out: the isolation tester is installed by
-    # src/Makefile's SUBDIRS only from 16 on; the TAP modules only with
-    # --enable-tap-tests.  Install them explicitly (idempotent), then check.
-    _gd_pgs_step "${mk[@]}" -C "$src/src/test/regress" DESTDIR="$stage" install || return 1
-    _gd_pgs_step "${mk[@]}" -C "$src/src/test/isolation" -j2 DESTDIR="$stage" all install || return 1
-    _gd_pgs_step "${mk[@]}" -C "$src/src/test/perl" DESTDIR="$stage" install || return 1
+    # The test harness: in 18, install-world-bin (like a plain `make install`)
+    # already installs pg_regress, pg_isolation_regress and isolationtester
+    # (src/Makefile's SUBDIRS has test/regress and test/isolation) and, with
+    # --enable-tap-tests, the PostgreSQL::Test modules (test/perl), all under
+    # lib/pgxs/src/test/.  Checked here, with the contrib modules the tests use.
     local f pgxs=$stage$prefix/lib/pgxs
     for f in "$pgxs/src/test/regress/pg_regress" "$pgxs/src/test/isolation/pg_isolation_regress" \
         "$pgxs/src/test/isolation/isolationtester" "$pgxs/src/test/perl/PostgreSQL/Test/Cluster.pm" \
@@ -253,7 +276,7 @@ _gd_pgs_build() {
     _gd_pgs_log "building PL/Proxy ($(basename "$plp_tar"))"
     mkdir -p "$work/plproxy" || return 1
     tar -xf "$plp_tar" -C "$work/plproxy" || return 1
-    plp=$(find "$work/plproxy" -mindepth 1 -maxdepth 1 -type d | head -n1)
+    plp=$(find "$work/plproxy" -mindepth 1 -maxdepth 1 -type d | head -n1) || true
     [[ -n $plp && -f $plp/Makefile ]] || { echo "pg_source: no Makefile in $plp_tar" >&2; return 1; }
     local plmk=("${mk[@]}" -C "$plp" PG_CONFIG="$stage$prefix/bin/pg_config" rpathdir="$prefix/lib")
     _gd_pgs_step "${plmk[@]}" -j2 || return 1
@@ -300,9 +323,13 @@ gd_pg_source_provide() {
         return 0
     fi
 
-    # Which version is sid's now (the index, fetched and verified each run).
+    # Which version is sid's now (the index, fetched and verified each run),
+    # from the archive found once here (apt-get indextargets takes 0.5 s).
+    local mirror GD_DEBIAN_MIRROR=${GD_DEBIAN_MIRROR:-}
+    mirror=$(_gd_pgs_mirror) || mirror=''
+    GD_DEBIAN_MIRROR=$mirror
     idx=$(mktemp -d "${TMPDIR:-/tmp}/gd_pg_index.XXXXXX") || return 1
-    if ! _gd_pgs_fetch_index "$idx" sid; then
+    if [[ -z $mirror ]] || ! _gd_pgs_fetch_index "$idx" sid; then
         rm -rf "$idx"
         if prefix=$(_gd_pgs_newest_prefix "$major" "$codename" "$cache"); then
             _gd_pgs_log "WARNING: cannot fetch sid's source index; using the cached $prefix"
