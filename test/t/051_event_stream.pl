@@ -119,7 +119,6 @@ for line in sys.stdin.read().splitlines():
 PYTHON
 $node->safe_psql('postgres', q{
 CREATE ROLE forger;
-GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO forger;
 CREATE TABLE copied (content text);
 GRANT ALL ON copied TO forger;});
 my $key = $node->safe_psql('postgres', q{SELECT encode(gd.event_key(), 'hex')});
