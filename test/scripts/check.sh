@@ -27,7 +27,7 @@ for provider in pg_chroot.sh pg_source.sh; do
     [[ ! -f $SCRIPTS/$provider ]] || source "$SCRIPTS/$provider"
 done
 
-MAJORS=${GD_PG_MAJORS:-15}
+MAJORS=${GD_PG_MAJORS:-15 17 18}
 PASSED=0
 FAILED=0
 SUMMARY=()
