@@ -31,7 +31,7 @@ PG_CONFIG ?= pg_config
 # on throwaway servers it starts itself.
 #
 # `make installcheck` runs them the PGXS way, against a RUNNING server of
-# PostgreSQL 15 with gen_durable installed and the test settings included:
+# PostgreSQL (15, 17 or 18) with gen_durable installed and the test settings included:
 #   include '/path/to/gen_durable/test/pg_test_installcheck.conf'
 # in its postgresql.conf (shared_preload_libraries = 'gen_durable', the
 # engine serving the databases gd_regress and isolation_regression, fsync
@@ -40,7 +40,8 @@ PG_CONFIG ?= pg_config
 #   make installcheck PGUSER=postgres [PGHOST=/tmp PGPORT=5432]
 #   make installcheck REGRESS=010_signals        (one regress test alone)
 #   make installcheck ISOLATION=signal_dedup     (one isolation spec alone)
-# Naming tests of one kind runs only those.  Each test/sql file runs alone
+#   make installcheck PROVE_TESTS=test/t/000_smoke.pl   (TAP files, below)
+# Naming tests of some kinds runs only those.  Each test/sql file runs alone
 # or after the others (001_setup's helpers come from
 # test/sql/include/setup.sql when missing).  Before the suites, REGRESS_PREP
 # drops both databases WITH (FORCE) (the engine's workers stay connected to
@@ -48,19 +49,28 @@ PG_CONFIG ?= pg_config
 # failed run may have left.  Outputs: results/, regression.diffs, output_iso/.
 # pg_regress 15 reads DIR/sql, DIR/specs and DIR/expected under --inputdir=DIR
 # (--expecteddir is 16's): test/expected is a link to the top-level expected/.
-# TAP_TESTS is not declared: the TAP files start clusters of their own (as
-# the postgres OS user, with the copies and environment check.sh gives them),
-# so they run with `make check`, or one by one with test/t/run_tap.sh NAME.
+# The TAP files start clusters of their own: `make check` runs them (as the
+# postgres OS user, with the copies and environment check.sh gives them),
+# test/t/run_tap.sh NAME one by one, and `make installcheck` too (TAP_TESTS).
 REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
 ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
-ifeq ($(origin REGRESS),command line)
+# TAP: test/t/*.pl through PGXS's prove_installcheck, which runs them in the
+# checkout (they start clusters of their own: run as a user initdb accepts,
+# who may write the checkout's tmp_check/; the Node.js client's TAP files
+# want `npm ci` in clients/node first).
+TAP_TESTS = 1
+PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+# Naming tests of some kinds on the command line runs only those.
+NAMED_TESTS = $(filter command line,$(origin REGRESS) $(origin ISOLATION) $(origin PROVE_TESTS))
+ifneq ($(NAMED_TESTS),)
+ifneq ($(origin REGRESS),command line)
+REGRESS =
+endif
 ifneq ($(origin ISOLATION),command line)
 ISOLATION =
 endif
-endif
-ifeq ($(origin ISOLATION),command line)
-ifneq ($(origin REGRESS),command line)
-REGRESS =
+ifneq ($(origin PROVE_TESTS),command line)
+TAP_TESTS =
 endif
 endif
 # --temp-config counts only with --temp-instance: as the postgres OS user,
@@ -94,6 +104,8 @@ PG_CXXFLAGS = -std=c++17 -Wextra -Wno-unused-parameter -Wno-missing-field-initia
 SHLIB_LINK = -lstdc++
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+# (after Makefile.global, which sets it): GdTest.pm, the TAP files' helpers
+PROVE_FLAGS += -I test/t
 # PGXS tracks no header dependencies: rebuild everything when a header changes.
 $(OBJS): $(wildcard src/*.hpp)
 sql/gen_durable--$(EXTVERSION).sql: $(SQL_SOURCES)

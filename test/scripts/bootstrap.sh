@@ -233,11 +233,14 @@ gd_previous_release_unavailable() {
 # modules' directories (TESTDIR up to 16; TESTDATADIR and TESTLOGDIR from 17:
 # both are set, to the same place), the major's bindir first on PATH
 # (Cluster.pm runs initdb/pg_ctl/pg_config from PATH), PGPORT, PG_REGRESS
-# (--config-auth) — and ours: the previous release's install (046_update).
+# (--config-auth) — and ours: the scratch copy of the project the files
+# read (GD_PROJECT_DIR: GdTest::project_file), the previous release's
+# install (046_update).
 #   $1 scratch dir (TAP files in $1/t, their data under $1/tap)  $2 port  $3 previous install
 gd_tap_env() {
     local work=$1
     printf '%s\n' "TESTDIR=$work/tap" "TESTDATADIR=$work/tap/tmp_check" "TESTLOGDIR=$work/tap/tmp_check/log" \
+        "GD_PROJECT_DIR=$work" \
         "PATH=$GD_PG_BINDIR:$PATH" "PGPORT=$2" "GD_PREVIOUS_INSTALL=$3" \
         "GD_PREVIOUS_UNAVAILABLE=$(gd_previous_release_unavailable)" \
         "PG_REGRESS=$GD_PGXS_DIR/src/test/regress/pg_regress" \

@@ -318,5 +318,37 @@ else
     echo "no test/t/*.pl: skipped"
 fi
 
+# ---------------------------------------------------------------- installcheck
+# The PGXS way (the Makefile's installcheck: pg_regress, pg_isolation_regress
+# and prove_installcheck) against a running server of the major, with the
+# test settings included, from a copy of the project postgres may write:
+# a few tests of each kind, 1 result.
+section "make installcheck (PGXS, against a running server)"
+installcheck_suite() {
+    local project=$WORK/installcheck data=$WORK/installcheck_data port
+    mkdir -p "$project"
+    tar -C "$ROOT" --exclude=./.git --exclude=./.build --exclude=node_modules --exclude='*.o' --exclude='*.so' \
+        -cf - . | tar -C "$project" -xf -
+    [[ $EUID -ne 0 ]] || chown -R postgres: "$project"
+    port=$(gd_free_port 5770)
+    gd_as_pg "$GD_PG_BINDIR/initdb" -D "$data" -A trust --no-locale -E UTF8 >"$WORK/installcheck_initdb.log" 2>&1 &&
+        printf "include '%s'\nport = %s\nunix_socket_directories = '%s'\nlisten_addresses = ''\n" \
+            "$project/test/pg_test_installcheck.conf" "$port" "$WORK" | gd_as_pg tee -a "$data/postgresql.conf" >/dev/null &&
+        gd_as_pg "$GD_PG_BINDIR/pg_ctl" start -w -D "$data" -l "$WORK/installcheck_server.log" >/dev/null &&
+        gd_as_pg env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$project" --no-print-directory installcheck \
+            PG_CONFIG="$GD_PG_CONFIG" PGHOST="$WORK" PGPORT="$port" PGUSER=postgres \
+            REGRESS='001_setup 002_definitions' ISOLATION=signal_dedup PROVE_TESTS=test/t/000_smoke.pl
+}
+if installcheck_suite >"$WORK/installcheck.out" 2>&1; then
+    PASSED=$((PASSED + 1))
+    echo "installcheck: 1 passed, 0 failed"
+else
+    FAILED=$((FAILED + 1))
+    tail -n 40 "$WORK/installcheck.out"
+    show_log_tail "$WORK/installcheck_server.log"
+    echo "installcheck: 0 passed, 1 failed"
+fi
+stop_leftover_servers
+
 echo
 summary_and_exit

@@ -27,7 +27,7 @@ use parent 'TAP::Formatter::Console';
 sub summary
 {
 	my ($self, $aggregate, @rest) = @_;
-	$self->SUPER::summary($aggregate, @rest) unless $aggregate->all_passed;
+	$self->SUPER::summary($aggregate, @rest) unless $aggregate->all_passed || $aggregate->get_status eq 'NOTESTS';
 }
 
 package main;

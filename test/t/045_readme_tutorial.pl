@@ -10,7 +10,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use GdTest;
 
-my $readme = $ENV{GD_README} // "$ENV{TESTDIR}/../README.md";
+my $readme = $ENV{GD_README} // GdTest::project_file("README.md");
 plan skip_all => "no $readme" unless -f $readme;
 
 open(my $fh, '<', $readme) or die "$readme: $!";

@@ -8,7 +8,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use GdTest;
 
-my $client = "$ENV{TESTDIR}/../clients/node";
+my $client = GdTest::project_file("clients/node");
 die "no node_modules/pg in $client: its dependencies were not installed (gd_node_client_deps)"
   unless -d "$client/node_modules/pg";
 my $node = GdTest::start_node('node_client', 'gen_durable.queues' => 'default:1, shop:1');
@@ -30,7 +30,7 @@ mkdir $modules or die "mkdir $modules: $!";
 symlink($client, "$modules/gen-durable") or die "symlink: $!";
 {
 	local $ENV{NODE_PATH} = $modules;
-	is(GdTest::run_shop_example($node, 'node', "$ENV{TESTDIR}/../examples/shop_worker.js", $ENV{GD_TEST_DSN}),
+	is(GdTest::run_shop_example($node, 'node', GdTest::project_file("examples/shop_worker.js"), $ENV{GD_TEST_DSN}),
 		qq{done {"paid": 5}\ndone {"paid": 7}\nfailed stop\nreceipts 2},
 		'the shop example in Node.js: two orders paid (one on its second attempt), one stopped');
 }

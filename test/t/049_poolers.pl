@@ -21,7 +21,7 @@ $PostgreSQL::Test::Utils::timeout_default = 60;
 my $pgbouncer = '/usr/sbin/pgbouncer';
 die "no $pgbouncer (Debian's pgbouncer)" unless -x $pgbouncer;
 my @python_worker = GdTest::external_worker();    # also puts the Python client on PYTHONPATH
-my $node_client = "$ENV{TESTDIR}/../clients/node";
+my $node_client = GdTest::project_file("clients/node");
 die "no node_modules/pg in $node_client" unless -d "$node_client/node_modules/pg";
 
 my $node = GdTest::start_node('pooled', 'gen_durable.queues' => 'default:2');

@@ -15,7 +15,7 @@ use Test::More;
 use YAML::Tiny;
 use GdTest;
 
-my $examples = "$ENV{TESTDIR}/../examples/prometheus";
+my $examples = GdTest::project_file("examples/prometheus");
 my $queries = YAML::Tiny->read("$examples/queries.yaml")->[0];
 my $alerts = YAML::Tiny->read("$examples/alerts.yaml")->[0];
 

@@ -12,7 +12,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use GdTest;
 
-my $web = "$ENV{TESTDIR}/../web";
+my $web = GdTest::project_file("web");
 my $node = GdTest::start_node('web', 'gen_durable.queues' => 'default:2');
 $node->safe_psql('postgres', 'CREATE EXTENSION gen_durable');
 

@@ -20,7 +20,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use GdTest;
 
-my $sharding = "$ENV{TESTDIR}/../sharding";
+my $sharding = GdTest::project_file("sharding");
 my $partitions = 4;
 my %shard_of = (0 => 'a', 1 => 'b', 2 => 'a', 3 => 'b');
 my %shards = (
@@ -284,7 +284,7 @@ def print_label(state, ctx):
 
 HANDLERS = {("label", "print"): print_label}
 });
-local $ENV{PYTHONPATH} = "$ENV{TESTDIR}/../clients/python";
+local $ENV{PYTHONPATH} = GdTest::project_file("clients/python");
 my $worker = IPC::Run::start(
 	[ '/usr/bin/python3', '-m', 'gen_durable', 'worker', '--handlers', $handlers, '--poll', '30',
 	  map { ('--dsn', $shards{ $shard_of{$_} }->connstr("p$_")) } 0 .. $partitions - 1 ],

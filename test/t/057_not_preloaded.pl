@@ -79,7 +79,7 @@ ok(!$node->log_contains(qr/terminated by signal|server process .* was terminated
 # The Python client's external worker: its claims are refused, clearly, and the server stays up.
 {
 	my @worker = GdTest::external_worker();
-	my $handlers = "$ENV{TESTDIR}/057_handlers.py";
+	my $handlers = PostgreSQL::Test::Utils::tempdir() . "/057_handlers.py";
 	open(my $file, '>', $handlers) or die "cannot write $handlers: $!";
 	print $file qq{from gen_durable import done\nHANDLERS = {("outer", "work"): lambda state, ctx: done({})}\n};
 	close $file;

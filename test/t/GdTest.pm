@@ -66,13 +66,23 @@ sub start_node
 	return $node;
 }
 
+# project_file($relative): a file or directory of the project (clients/,
+# examples/, web/, README.md, ...): in check.sh's scratch copy of it
+# (GD_PROJECT_DIR), else in the checkout TESTDIR names (PGXS's `make
+# installcheck` runs the TAP files there).
+sub project_file
+{
+	my ($relative) = @_;
+	return ($ENV{GD_PROJECT_DIR} // $ENV{TESTDIR}) . "/$relative";
+}
+
 # external_worker(): the command that runs the Python client's external
 # worker (clients/python, put on PYTHONPATH here), to be followed by its
 # options: ('/usr/bin/python3', '-m', 'gen_durable', 'worker').
 sub external_worker
 {
 	my $python = '/usr/bin/python3';
-	my $client = "$ENV{TESTDIR}/../clients/python";
+	my $client = GdTest::project_file("clients/python");
 	die "no Python client at $client" unless -d "$client/gen_durable";
 	die 'python3-psycopg is not installed' unless system($python, '-c', 'import psycopg') == 0;
 	$ENV{PYTHONPATH} = $client;
@@ -87,7 +97,7 @@ sub external_worker
 sub run_shop_example
 {
 	my ($node, @worker_command) = @_;
-	my $examples = "$ENV{TESTDIR}/../examples";
+	my $examples = GdTest::project_file("examples");
 	$node->safe_psql('postgres', PostgreSQL::Test::Utils::slurp_file("$examples/shop.sql"));
 	my $ids = $node->safe_psql('postgres', q{
 SELECT string_agg(gd_insert('shop_order', o)::text, ',' ORDER BY n)
