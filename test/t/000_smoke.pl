@@ -33,5 +33,19 @@ cmp_ok($launchers, '>', 0, 'gen_durable launcher is running within 10s')
   or diag $node->safe_psql('postgres',
 	'SELECT pid, backend_type, datname FROM pg_stat_activity ORDER BY 1');
 
+# What the engine's processes sleep on: named from PostgreSQL 17 (wait events
+# of the extension's own), 'Extension' before.
+my $named = $node->safe_psql('postgres', q{SELECT current_setting('server_version_num')::int >= 170000});
+my %expected = $named eq 't'
+  ? (executor => 'GenDurableExecutorIdle', reaper => 'GenDurableReaperIdle', launcher => 'GenDurableLauncher')
+  : (executor => 'Extension', reaper => 'Extension', launcher => 'Extension');
+for my $kind (sort keys %expected)
+{
+	ok( $node->poll_query_until('postgres', qq{
+		SELECT count(*) > 0 FROM pg_stat_activity a JOIN gd.workers w ON w.pid = a.pid
+		 WHERE w.kind = '$kind' AND a.wait_event_type = 'Extension' AND a.wait_event = '$expected{$kind}'}),
+		"an idle $kind waits on $expected{$kind}");
+}
+
 $node->stop;
 done_testing();
