@@ -14,7 +14,9 @@
 # from source into that prefix (18: test/scripts/pg_source.sh).
 #
 # Helpers for the other scripts: gd_as_pg (run a command as the postgres OS
-# user, since initdb refuses root), gd_free_port, gd_log, gd_tap_env.
+# user, since initdb refuses root), gd_free_port, gd_log, gd_tap_env, and the
+# private installations two TAP files start clusters on
+# (gd_build_previous_release, gd_build_pg15_copy).
 
 set -euo pipefail
 
@@ -107,11 +109,11 @@ gd_bootstrap_deps() {
 # Build the extension in directory $2 (must be warning-free: -Werror, and we
 # also reject linker/other warnings) and install it; $1 names it in messages.
 # The full make output goes to the log file $3, and is printed only when
-# something is wrong.
+# something is wrong; further arguments go to make (DESTDIR=...).
 gd_make_install() {
     local what=$1 dir=$2 log=$3
     # Called from `make check`: do not inherit the outer make's flags/jobserver.
-    local mk=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$dir" --no-print-directory PG_CONFIG="$GD_PG_CONFIG")
+    local mk=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -C "$dir" --no-print-directory PG_CONFIG="$GD_PG_CONFIG" "${@:4}")
     gd_log "building $what (make -j2, PG_CONFIG=$GD_PG_CONFIG)"
     if ! "${mk[@]}" -j2 >"$log" 2>&1; then
         echo "$what: build FAILED; make output:" >&2
@@ -138,12 +140,11 @@ gd_build_dir() {
     echo "$GD_ROOT/.build/pg$GD_PG_MAJOR${GD_PG_PREFIX:+-source}"
 }
 
-# Mirror the build's inputs into gd_build_dir: files gone from the checkout go
-# from the mirror too (the Makefile builds every src/*.cpp); the others are
-# copied with their times, so make sees what changed.
+# Mirror the build's inputs into $1 (default gd_build_dir): files gone from
+# the checkout go from the mirror too (the Makefile builds every src/*.cpp);
+# the others are copied with their times, so make sees what changed.
 gd_mirror_sources() {
-    local dest f
-    dest=$(gd_build_dir)
+    local dest=${1:-$(gd_build_dir)} f
     local inputs=(Makefile gen_durable.control src sql test/modules)
     mkdir -p "$dest"
     while IFS= read -r f; do
@@ -181,26 +182,20 @@ gd_module_regress() {
 GD_PREVIOUS_RELEASE=v0.1
 GD_PREVIOUS_COMMIT=de17bc96fd8d313cd3975fcb4f93467457e88832
 
-# Build the previous release from the checkout's history and install it into
-# a private copy of the PostgreSQL 15 installation under $1 (real binaries,
-# so that PostgreSQL finds its lib and share directories next to them; links
-# to everything else but gen_durable's files).  The update test starts a
-# cluster there, then puts this version's installed files in their place.
-# Prints the copy's install path (its bin/ and lib/ are under it).
-gd_build_previous_release() {
-    local dest=$1 log=$1/build.log rev f
-    local pkglib sharedir prefix
-    pkglib=$("$GD_PG_CONFIG" --pkglibdir)
-    sharedir=$("$GD_PG_CONFIG" --sharedir)
+# Install gen_durable, built from the sources in $1/src, into a private copy
+# of the PostgreSQL installation whose pg_config is $2, under $1/pg: real
+# binaries, so that PostgreSQL finds its lib and share directories next to
+# them; links to everything else but gen_durable's files.  $3 names it in
+# messages.  Prints the copy's install path (its bin/ and lib/ are under it:
+# PostgreSQL::Test::Cluster's install_path).
+gd_private_install() {
+    local dest=$1 what=$3 bindir pkglib sharedir prefix f
+    local GD_PG_CONFIG=$2 # gd_make_install's
+    bindir=$("$GD_PG_CONFIG" --bindir) && pkglib=$("$GD_PG_CONFIG" --pkglibdir) &&
+        sharedir=$("$GD_PG_CONFIG" --sharedir) || return 1
     prefix=$dest/pg
-    rm -rf "$dest" && mkdir -p "$dest/src" "$prefix$pkglib" "$prefix$sharedir/extension"
-    rev=$GD_PREVIOUS_RELEASE
-    git -C "$GD_ROOT" rev-parse -q --verify "$rev^{commit}" >/dev/null || rev=$GD_PREVIOUS_COMMIT
-    if ! git -C "$GD_ROOT" archive "$rev" | tar -x -C "$dest/src"; then
-        echo "previous release: $GD_PREVIOUS_RELEASE ($GD_PREVIOUS_COMMIT) is not in the history of $GD_ROOT" >&2
-        return 1
-    fi
-    cp -a "$GD_PG_BINDIR" "$prefix$(dirname "$GD_PG_BINDIR")/"
+    mkdir -p "$prefix$pkglib" "$prefix$sharedir/extension" || return 1
+    cp -a "$bindir" "$prefix$(dirname "$bindir")/" || return 1
     for f in "$pkglib"/*; do
         [[ $(basename "$f") == gen_durable* ]] || ln -s "$f" "$prefix$pkglib/"
     done
@@ -210,22 +205,67 @@ gd_build_previous_release() {
     for f in "$sharedir"/extension/*; do
         [[ $(basename "$f") == gen_durable* ]] || ln -s "$f" "$prefix$sharedir/extension/"
     done
-    unset MAKEFLAGS MFLAGS MAKELEVEL
-    gd_log "building the previous release ($GD_PREVIOUS_RELEASE) for the update test" >&2
-    if ! make -C "$dest/src" --no-print-directory PG_CONFIG="$GD_PG_CONFIG" -j2 >"$log" 2>&1 ||
-        ! make -C "$dest/src" --no-print-directory PG_CONFIG="$GD_PG_CONFIG" DESTDIR="$prefix" install >>"$log" 2>&1; then
-        echo "previous release: build FAILED; make output:" >&2
-        tail -c 20000 "$log" >&2
+    gd_make_install "$what" "$dest/src" "$dest/build.log" DESTDIR="$prefix" >&2 || return 1
+    [[ $EUID -ne 0 ]] || chown -R postgres: "$dest"
+    echo "$prefix$(dirname "$bindir")"
+}
+
+# The previous release, built from the checkout's history, in a private copy
+# of the major's installation under $1 (gd_private_install).  The update
+# test starts a cluster there, then puts this version's installed files in
+# their place.  Prints the copy's install path.
+gd_build_previous_release() {
+    local dest=$1 rev
+    rm -rf "$dest" && mkdir -p "$dest/src" || return 1
+    rev=$GD_PREVIOUS_RELEASE
+    git -C "$GD_ROOT" rev-parse -q --verify "$rev^{commit}" >/dev/null || rev=$GD_PREVIOUS_COMMIT
+    if ! git -C "$GD_ROOT" archive "$rev" | tar -x -C "$dest/src"; then
+        echo "previous release: $GD_PREVIOUS_RELEASE ($GD_PREVIOUS_COMMIT) is not in the history of $GD_ROOT" >&2
         return 1
     fi
-    [[ $EUID -ne 0 ]] || chown -R postgres: "$dest"
-    echo "$prefix$(dirname "$GD_PG_BINDIR")"
+    gd_private_install "$dest" "$GD_PG_CONFIG" "the previous release ($GD_PREVIOUS_RELEASE) for the update test"
 }
 
 # The previous release does not build on PostgreSQL 17 and later (nor ran on
 # them): the reason the update test is skipped there, or nothing.
 gd_previous_release_unavailable() {
     ((GD_PG_MAJOR < 17)) || echo "the previous release ($GD_PREVIOUS_RELEASE) does not build on PostgreSQL $GD_PG_MAJOR"
+}
+
+# The PostgreSQL 15 the upgrade test (058) upgrades from, beside the major
+# under test: bookworm's, here, or in the trixie chroot, where trixie has
+# none, unpacked from bookworm's packages (pg_chroot.sh's GD_CHROOT_PG15).
+GD_PG15_CONFIGS=(/usr/lib/postgresql/15/bin/pg_config /opt/bookworm-postgresql-15/usr/lib/postgresql/15/bin/pg_config)
+
+# The first of GD_PG15_CONFIGS with PGXS (its server development files).
+gd_pg15_config() {
+    local c
+    for c in "${GD_PG15_CONFIGS[@]}"; do
+        if [[ -x $c && -f $("$c" --pgxs 2>/dev/null) ]]; then
+            echo "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# Why the upgrade test cannot run with this major, or nothing.
+gd_pg15_unavailable() {
+    if ((GD_PG_MAJOR <= 15)); then
+        echo "it upgrades from PostgreSQL 15 to a later major, not to $GD_PG_MAJOR"
+    elif ! gd_pg15_config >/dev/null; then
+        echo "no PostgreSQL 15 with its server development files (${GD_PG15_CONFIGS[*]})"
+    fi
+}
+
+# This version of gen_durable, from the checkout, for PostgreSQL 15 in a
+# private copy of its installation under $1 (gd_private_install): the
+# cluster the upgrade test starts on.  Prints the copy's install path.
+gd_build_pg15_copy() {
+    local dest=$1 pg_config
+    pg_config=$(gd_pg15_config) || return 1
+    rm -rf "$dest" && mkdir -p "$dest/src" && gd_mirror_sources "$dest/src" || return 1
+    gd_private_install "$dest" "$pg_config" "gen_durable for PostgreSQL 15 (the upgrade test's)"
 }
 
 # The environment of a TAP file, one NAME=value a line (for env): what
@@ -235,14 +275,16 @@ gd_previous_release_unavailable() {
 # (Cluster.pm runs initdb/pg_ctl/pg_config from PATH), PGPORT, PG_REGRESS
 # (--config-auth) — and ours: the scratch copy of the project the files
 # read (GD_PROJECT_DIR: GdTest::project_file), the previous release's
-# install (046_update).
-#   $1 scratch dir (TAP files in $1/t, their data under $1/tap)  $2 port  $3 previous install
+# install (046_update), the 15 copy's (058_major_upgrade), or why there is none.
+#   $1 scratch dir (TAP files in $1/t, their data under $1/tap)  $2 port
+#   $3 previous install  $4 the 15 copy's install
 gd_tap_env() {
     local work=$1
     printf '%s\n' "TESTDIR=$work/tap" "TESTDATADIR=$work/tap/tmp_check" "TESTLOGDIR=$work/tap/tmp_check/log" \
         "GD_PROJECT_DIR=$work" \
         "PATH=$GD_PG_BINDIR:$PATH" "PGPORT=$2" "GD_PREVIOUS_INSTALL=$3" \
         "GD_PREVIOUS_UNAVAILABLE=$(gd_previous_release_unavailable)" \
+        "GD_PG15_INSTALL=${4:-}" "GD_PG15_UNAVAILABLE=$(gd_pg15_unavailable)" \
         "PG_REGRESS=$GD_PGXS_DIR/src/test/regress/pg_regress" \
         "PERL5LIB=$work/t:$GD_PGXS_DIR/src/test/perl${PERL5LIB:+:$PERL5LIB}"
 }

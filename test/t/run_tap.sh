@@ -25,9 +25,12 @@ cp "$ROOT"/test/t/*.pm "$WORK/t/"   # shared helpers (GdTest.pm), on PERL5LIB
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
 cp -r "$ROOT/examples" "$ROOT/clients" "$ROOT/web" "$ROOT/sharding" "$WORK/"
 cp "$ROOT/README.md" "$WORK/README.md"
-previous=
+previous= pg15=
 if [[ " ${names[*]} " == *" t/046_update.pl "* && -z $(gd_previous_release_unavailable) ]]; then
     previous=$(gd_build_previous_release "$WORK/previous")
+fi
+if [[ " ${names[*]} " == *" t/058_major_upgrade.pl "* && -z $(gd_pg15_unavailable) ]]; then
+    pg15=$(gd_build_pg15_copy "$WORK/pg15")
 fi
 if [[ " ${names[*]} " == *" t/048_node_client.pl "* || " ${names[*]} " == *" t/049_poolers.pl "* ]]; then
     gd_node_client_deps "$WORK/clients/node"
@@ -37,7 +40,7 @@ export GD_PG_HOME=$WORK
 cd "$WORK"
 port=$(gd_free_port 5670)
 set +e
-mapfile -t tap_env < <(gd_tap_env "$WORK" "$port" "$previous")
+mapfile -t tap_env < <(gd_tap_env "$WORK" "$port" "$previous" "$pg15")
 gd_as_pg env "${tap_env[@]}" perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${names[@]}"
 rc=$?
 set -e
