@@ -110,6 +110,7 @@ GD_CHROOT_PACKAGES=(
     python3-python-multipart
     python3-selenium chromium chromium-driver
     util-linux git nodejs npm ca-certificates locales procps
+    build-essential debhelper postgresql-server-dev-all   # check_major.sh's package suite (make deb)
 )
 
 _gd_chroot_log() { printf '==> pg_chroot: %s\n' "$*" >&2; }
