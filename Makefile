@@ -3,10 +3,19 @@
 #   make check         bootstrap deps, build, install, run every test suite
 #   make installcheck  the regress and isolation suites against a running server (below)
 #   make web DSN=...   the web dashboard (gd-web) on 127.0.0.1, as the DSN's role
+#   make deb           Debian packages, postgresql-MAJOR-gen-durable (debian/; below)
+#   make dist          the PGXN distribution, gen_durable-VERSION.zip (below)
 #   make               build only (needs pg_config and the build deps)
 
 EXTENSION = gen_durable
-EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" gen_durable.control)
+# The sources are in this Makefile's directory: the current one, or another
+# in a VPATH build (pg_buildext builds each major in a directory of its own).
+# gd_sources: the source files matching the patterns $(1), named relative to it.
+GD_SRCDIR := $(dir $(firstword $(MAKEFILE_LIST)))
+gd_sources = $(patsubst $(GD_SRCDIR)%,%,$(wildcard $(addprefix $(GD_SRCDIR),$(1))))
+# The version, in one place: the control file's default_version.  META.json
+# (make dist) and debian/changelog (make deb) are generated from it.
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(GD_SRCDIR)gen_durable.control)
 MODULE_big = gen_durable
 # The install script is assembled from sql/src/*.sql, one file per concern,
 # every statement written so that it can run again over an existing schema.
@@ -14,11 +23,11 @@ MODULE_big = gen_durable
 # (what changes in the tables, what cannot be redefined in place), followed
 # by the same files.  The scripts of released updates are kept as shipped
 # (sql/gen_durable--X--Y.sql, committed).
-SQL_SOURCES = $(sort $(wildcard sql/src/*.sql))
-UPDATES_BUILT = $(patsubst sql/upgrade/%.sql,sql/gen_durable--%.sql,$(wildcard sql/upgrade/*--$(EXTVERSION).sql))
+SQL_SOURCES = $(sort $(call gd_sources,sql/src/*.sql))
+UPDATES_BUILT = $(patsubst sql/upgrade/%.sql,sql/gen_durable--%.sql,$(call gd_sources,sql/upgrade/*--$(EXTVERSION).sql))
 DATA_built = sql/gen_durable--$(EXTVERSION).sql $(UPDATES_BUILT)
-DATA = $(filter-out $(DATA_built),$(wildcard sql/gen_durable--*--*.sql))
-OBJS = $(patsubst %.cpp,%.o,$(wildcard src/*.cpp))
+DATA = $(filter-out $(DATA_built),$(call gd_sources,sql/gen_durable--*--*.sql))
+OBJS = $(patsubst %.cpp,%.o,$(call gd_sources,src/*.cpp))
 
 PG_CONFIG ?= pg_config
 
@@ -83,9 +92,10 @@ ENCODING = UTF8
 REGRESS_PREP = installcheck-prep
 GD_TEST_DATABASES = gd_regress isolation_regression
 
-ifneq ($(filter check demo bench web print-REGRESS print-ISOLATION,$(MAKECMDGOALS)),)
-# These targets bootstrap the machine first, so they must not need PGXS.
-.PHONY: check demo bench web print-REGRESS print-ISOLATION
+ifneq ($(filter check demo bench web deb dist print-REGRESS print-ISOLATION,$(MAKECMDGOALS)),)
+# These targets must not need PGXS: check, demo, bench and web bootstrap the
+# machine first; deb and dist build on their own (deb with PGXS per major).
+.PHONY: check demo bench web deb dist print-REGRESS print-ISOLATION
 check:
 	@bash test/scripts/check.sh
 demo:
@@ -97,6 +107,41 @@ web:
 	@bash web/run.sh "$(DSN)" "$(PORT)"
 print-REGRESS print-ISOLATION:
 	@echo $($(patsubst print-%,%,$@))
+# make deb [DEB_DIR=.build/deb]: the Debian packages, following Debian's
+# conventions for PostgreSQL extensions (debian/: pg_buildext), one for each
+# major of debian/pgversions the machine's postgresql-server-dev-all supports
+# (Debian's own: 15 on bookworm, 17 on trixie), postgresql-MAJOR-gen-durable.
+# dpkg-buildpackage builds them in a copy of the source tree,
+# DEB_DIR/gen-durable-VERSION, given its debian/changelog (the version, from
+# the control file) and debian/control (pg_buildext updatecontrol); the .deb
+# files land in DEB_DIR.  Needs dpkg-dev, debhelper, postgresql-server-dev-all
+# and libboost-dev.
+DEB_DIR = .build/deb
+# (debian/control.in's maintainer is META.json's too)
+MAINTAINER = $(shell sed -n 's/^Maintainer: //p' debian/control.in)
+DEB_SRC = $(DEB_DIR)/gen-durable-$(EXTVERSION)
+deb:
+	rm -rf '$(DEB_SRC)' && mkdir -p '$(DEB_SRC)'
+	tar --exclude=./.git --exclude=./.build --exclude=node_modules --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+	    -cf - . | tar -C '$(DEB_SRC)' -xf -
+	printf 'gen-durable (%s) unstable; urgency=medium\n\n  * gen_durable %s.\n\n -- %s  %s\n' \
+	    '$(EXTVERSION)' '$(EXTVERSION)' '$(MAINTAINER)' "$$(date -R)" >'$(DEB_SRC)/debian/changelog'
+	cd '$(DEB_SRC)' && pg_buildext updatecontrol && \
+	    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL dpkg-buildpackage --build=binary --no-sign --jobs-try
+# make dist: the PGXN distribution of the commit checked out,
+# .build/dist/gen_durable-VERSION.zip, with its META.json made from
+# META.json.in (VERSION as SemVer, which PGXN wants: 0.2 is 0.2.0).
+PGXN_VERSION = $(shell echo '$(EXTVERSION)' | sed -E 's/^[0-9]+$$/&.0/; s/^[0-9]+\.[0-9]+$$/&.0/')
+PGXN_META_SOURCES = META.json.in gen_durable.control debian/control.in
+dist: .build/dist/META.json
+	@[ -z "$$(git status --porcelain -- $(PGXN_META_SOURCES))" ] || \
+	    { echo 'dist: commit $(PGXN_META_SOURCES) first (META.json is made from them)' >&2; exit 1; }
+	git archive --format=zip --prefix=$(EXTENSION)-$(PGXN_VERSION)/ --add-file=$< \
+	    -o .build/dist/$(EXTENSION)-$(PGXN_VERSION).zip HEAD
+	@echo .build/dist/$(EXTENSION)-$(PGXN_VERSION).zip
+.build/dist/META.json: $(PGXN_META_SOURCES)
+	@mkdir -p $(@D)
+	sed -e 's/@VERSION@/$(PGXN_VERSION)/g' -e 's|@MAINTAINER@|$(MAINTAINER)|g' $< >$@
 else
 # No LLVM bitcode: the JIT would not inline C++ anyway.
 override with_llvm := no
@@ -107,7 +152,11 @@ include $(PGXS)
 # (after Makefile.global, which sets it): GdTest.pm, the TAP files' helpers
 PROVE_FLAGS += -I test/t
 # PGXS tracks no header dependencies: rebuild everything when a header changes.
-$(OBJS): $(wildcard src/*.hpp)
+$(OBJS): $(call gd_sources,src/*.hpp)
+# A VPATH build writes its objects and SQL scripts in directories of its own.
+ifdef VPATH
+$(shell mkdir -p src sql)
+endif
 sql/gen_durable--$(EXTVERSION).sql: $(SQL_SOURCES)
 	cat $^ > $@
 sql/gen_durable--%--$(EXTVERSION).sql: sql/upgrade/%--$(EXTVERSION).sql $(SQL_SOURCES)

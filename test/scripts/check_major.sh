@@ -350,5 +350,60 @@ else
 fi
 stop_leftover_servers
 
+# --------------------------------------------------------------------- package
+# The Debian package of the major (make deb: debian/, pg_buildext) installed
+# in place of make install's files, its autopkgtest run against it
+# (debian/tests/installcheck: the regress and isolation suites on a
+# pg_virtualenv server given the installcheck settings), then purged, none
+# of its files left, and make install's files back: 1 result.  Last, as it
+# takes the files the other suites use away for a while.  Only where the
+# package tools are (pg_chroot.sh's chroot), for Debian's packages.
+section "package (make deb; installed, debian/tests/installcheck, purged)"
+package_skip_reason() {
+    local tool
+    if [[ -n $GD_PG_PREFIX ]]; then
+        echo "PostgreSQL $GD_PG_MAJOR is built from source here, not Debian's"
+        return
+    fi
+    for tool in dpkg-buildpackage dh pg_buildext; do
+        if ! command -v "$tool" >/dev/null; then
+            echo "no $tool here; debhelper, dpkg-dev and postgresql-server-dev-all are in pg_chroot.sh's chroot"
+            return
+        fi
+    done
+}
+package_suite() {
+    local pkg=postgresql-$GD_PG_MAJOR-gen-durable deb src f rc=0
+    local mk=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory PG_CONFIG="$GD_PG_CONFIG")
+    "${mk[@]}" -C "$ROOT" deb DEB_DIR="$WORK/deb" || return 1
+    if ! deb=$(compgen -G "$WORK/deb/${pkg}_*.deb") || ! src=$(compgen -G "$WORK/deb/gen-durable-*/"); then
+        echo "make deb made no $pkg"
+        return 1
+    fi
+    "${mk[@]}" -C "$(gd_build_dir)" uninstall || rc=1
+    if ((rc == 0)) && dpkg -i "$deb"; then
+        (cd "$src" && PGPORT=$(gd_free_port 5870) timeout --kill-after=15 "$SUITE_TIMEOUT" debian/tests/installcheck) || rc=1
+    else
+        rc=1
+    fi
+    dpkg --purge "$pkg" || rc=1
+    while IFS= read -r f; do
+        [[ ! -e $f || -d $f ]] || { echo "left behind by dpkg --purge: $f"; rc=1; }
+    done < <(dpkg-deb --fsys-tarfile "$deb" | tar -t | sed 's|^\.||')
+    "${mk[@]}" -C "$(gd_build_dir)" install || rc=1
+    return $rc
+}
+reason=$(package_skip_reason)
+if [[ -n $reason ]]; then
+    echo "package: skipped ($reason)"
+elif package_suite >"$WORK/package.out" 2>&1; then
+    PASSED=$((PASSED + 1))
+    echo "package: 1 passed, 0 failed"
+else
+    FAILED=$((FAILED + 1))
+    tail -n 60 "$WORK/package.out"
+    echo "package: 0 passed, 1 failed"
+fi
+
 echo
 summary_and_exit
