@@ -3,8 +3,9 @@
 # from trixie, trixie-updates and trixie-security), in a trixie chroot made
 # with debootstrap and kept in a cache directory that later runs reuse.  The
 # chroot holds everything the whole test suite needs (GD_PACKAGES of
-# bootstrap.sh, plus git, Node.js/npm, locales, procps), so `make check`'s
-# suites for that major run inside it.  Sourced by check.sh (after
+# bootstrap.sh, plus git, Node.js/npm, locales, procps, and bookworm's
+# PostgreSQL 15 for the upgrade test: below), so `make check`'s suites for
+# that major run inside it.  Sourced by check.sh (after
 # bootstrap.sh); defines:
 #
 #   root=$(gd_pg_chroot_provide 17)
@@ -69,6 +70,22 @@
 #    are installed: bootstrap.sh's check asks for python3-multipart).
 #  - the host's CA bundle is lent read-only (above): an apt run inside that
 #    makes ca-certificates rewrite it fails while it is mounted.
+#  - PostgreSQL 15, which the upgrade test (058) upgrades from, is not in
+#    trixie: bookworm's postgresql-15, postgresql-client-15 and
+#    postgresql-server-dev-15 are unpacked (dpkg-deb -x; trixie's dpkg knows
+#    nothing of them) under GD_CHROOT_PG15, where bootstrap.sh looks for its
+#    pg_config.  The .debs come from bookworm's archive, their versions and
+#    sha256 from its signed indices, as trixie's (the versions of the day the
+#    chroot is made: it is not rebuilt for a new one).  PostgreSQL finds its
+#    lib and share dirs next to its binaries; the bookworm libraries they
+#    link that trixie lacks (ICU 72, OpenLDAP 2.5, LLVM 14: sonames trixie
+#    has not, never a libc) are unpacked with them and linked into its lib/,
+#    which is all the library path its binaries need: PostgreSQL::Test::
+#    Cluster puts a node's lib/ on LD_LIBRARY_PATH for a node of another
+#    installation, and 058 runs pg_upgrade (which runs the old binaries)
+#    with it.  The build checks with ldd that every binary and module of 15
+#    finds its libraries that way, and that trixie's own PostgreSQL finds
+#    none there.
 #
 # Measured on the 2-core development machine (fast mirror; another build
 # running alongside), postgresql-17 17.12-0+deb13u1:
@@ -90,7 +107,7 @@ GD_CHROOT_MIRROR=${GD_CHROOT_MIRROR:-http://deb.debian.org/debian}
 GD_CHROOT_SECURITY_MIRROR=${GD_CHROOT_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 GD_CHROOT_KEYRING=${GD_CHROOT_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 # Bump when the way a chroot is made changes: the next provide rebuilds it.
-GD_CHROOT_FORMAT=1
+GD_CHROOT_FORMAT=2
 # The marker, at the chroot's top, written last.
 GD_CHROOT_MARKER=.gen_durable-chroot
 
@@ -113,24 +130,31 @@ GD_CHROOT_PACKAGES=(
     build-essential debhelper postgresql-server-dev-all   # check_major.sh's package suite (make deb)
 )
 
+# Bookworm's PostgreSQL 15 in the chroot (see the header): its packages, and
+# the bookworm libraries they need that trixie does not have.
+GD_CHROOT_PG15=/opt/bookworm-postgresql-15
+GD_CHROOT_PG15_SUITE=bookworm
+GD_CHROOT_PG15_PACKAGES=(postgresql-15 postgresql-client-15 postgresql-server-dev-15 libicu72 libldap-2.5-0 libllvm14)
+
 _gd_chroot_log() { printf '==> pg_chroot: %s\n' "$*" >&2; }
 _gd_chroot_err() { printf 'pg_chroot: %s\n' "$*" >&2; }
 
-# The version of binary package $2 that trixie serves (the highest of
-# trixie, trixie-updates and trixie-security, as apt would pick), from the
-# signed Release files (verified with gpgv against the Debian archive
-# keyring) and the main Packages indices, cached under $1 by their hash.
-# Uses only apt's own downloader (apt-helper), with the host's apt
-# configuration read, never changed.
-_gd_chroot_trixie_version() {
-    local idx=$1/.index.debian-$GD_CHROOT_SUITE pkg=$2 arch tmp entry base suite hash v best=""
+# The candidate of binary package $3 in Debian release $2 (the highest
+# version of $2, $2-updates and $2-security, as apt would pick): "VERSION
+# URL SHA256" of its .deb, from the signed Release files (verified with gpgv
+# against the Debian archive keyring) and the main Packages indices, cached
+# under $1 by their hash.  Uses only apt's own downloader (apt-helper), with
+# the host's apt configuration read, never changed.
+_gd_chroot_candidate() {
+    local idx=$1/.index.debian-$2 release=$2 pkg=$3 arch tmp entry mirror base suite hash lines line best="" found=""
     local helper=(/usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file)
     arch=$(dpkg --print-architecture) || return 1
     mkdir -p "$idx" && tmp=$(mktemp -d "$idx/.fetch.XXXXXX") || return 1
-    for entry in "$GD_CHROOT_MIRROR $GD_CHROOT_SUITE" "$GD_CHROOT_MIRROR $GD_CHROOT_SUITE-updates" \
-        "$GD_CHROOT_SECURITY_MIRROR $GD_CHROOT_SUITE-security"; do
-        base=${entry% *}/dists/${entry#* }
+    for entry in "$GD_CHROOT_MIRROR $release" "$GD_CHROOT_MIRROR $release-updates" \
+        "$GD_CHROOT_SECURITY_MIRROR $release-security"; do
+        mirror=${entry% *}
         suite=${entry#* }
+        base=$mirror/dists/$suite
         if ! "${helper[@]}" "$base/InRelease" "$tmp/$suite.InRelease" >"$tmp/out" 2>&1 ||
             ! gpgv --keyring "$GD_CHROOT_KEYRING" --output "$tmp/$suite.Release" "$tmp/$suite.InRelease" >>"$tmp/out" 2>&1; then
             _gd_chroot_err "cannot fetch or verify $base/InRelease: $(tail -n 3 "$tmp/out")"
@@ -159,20 +183,28 @@ _gd_chroot_trixie_version() {
             mv "$tmp/Packages.xz" "$idx/$suite.$hash.xz" || { rm -rf "$tmp"; return 1; }
         fi
         # (awk reads to the end: no SIGPIPE for xzcat under pipefail)
-        v=$(xzcat "$idx/$suite.$hash.xz" | awk -v p="Package: $pkg" '
-            $0 == p { f = 1; next }
-            /^$/ { f = 0 }
-            f && /^Version: / { print $2; f = 0 }') || { rm -rf "$tmp"; return 1; }
-        for v in $v; do
-            if [[ -z $best ]] || dpkg --compare-versions "$v" gt "$best"; then best=$v; fi
-        done
+        lines=$(xzcat "$idx/$suite.$hash.xz" | awk -v p="Package: $pkg" -v m="$mirror" '
+            function out() { if (f && v != "") print v, m "/" u, h; f = 0 }
+            $0 == p { f = 1; v = u = h = ""; next }
+            /^$/ { out() }
+            f && /^Version: / { v = $2 }
+            f && /^Filename: / { u = $2 }
+            f && /^SHA256: / { h = $2 }
+            END { out() }') || { rm -rf "$tmp"; return 1; }
+        while read -r line; do
+            [[ -n $line ]] || continue
+            if [[ -z $best ]] || dpkg --compare-versions "${line%% *}" gt "$best"; then
+                best=${line%% *}
+                found=$line
+            fi
+        done <<<"$lines"
     done
     rm -rf "$tmp"
-    if [[ -z $best ]]; then
-        _gd_chroot_err "$pkg is not in $GD_CHROOT_SUITE"
+    if [[ -z $found ]]; then
+        _gd_chroot_err "$pkg is not in $release"
         return 1
     fi
-    echo "$best"
+    echo "$found"
 }
 
 # The packages for major $1, one a line, sorted.
@@ -183,8 +215,8 @@ _gd_chroot_packages() {
 
 # What the marker of a ready chroot of major $1, postgresql-$1 version $2, says.
 _gd_chroot_marker_text() {
-    printf 'format %s\nsuite %s\npostgresql-%s %s\npackages %s\n' "$GD_CHROOT_FORMAT" "$GD_CHROOT_SUITE" \
-        "$1" "$2" "$(_gd_chroot_packages "$1" | tr '\n' ' ')"
+    printf 'format %s\nsuite %s\npostgresql-%s %s\npackages %s\n%s %s\n' "$GD_CHROOT_FORMAT" "$GD_CHROOT_SUITE" \
+        "$1" "$2" "$(_gd_chroot_packages "$1" | tr '\n' ' ')" "$GD_CHROOT_PG15_SUITE" "${GD_CHROOT_PG15_PACKAGES[*]}"
 }
 
 # Remove a chroot (or a failed build of one) at $1, unless something uses it:
@@ -236,6 +268,42 @@ EOF
     gd_in_chroot "$root" dpkg-deb --root-owner-group --build /tmp/gd-no-llvm /tmp/gen-durable-no-llvm.deb >&2 &&
         gd_in_chroot "$root" dpkg -i /tmp/gen-durable-no-llvm.deb >&2 &&
         rm -rf "$root/tmp/gd-no-llvm" "$root/tmp/gen-durable-no-llvm.deb"
+}
+
+# Bookworm's PostgreSQL 15 (see the header) into the chroot at $1, the
+# indices cached under $2; the details go to $3.
+_gd_chroot_pg15() {
+    local root=$1 cache=$2 log=$3 debs p candidate version url sha f lib=$GD_CHROOT_PG15/usr/lib/postgresql/15/lib
+    local helper=(/usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file)
+    _gd_chroot_log "$GD_CHROOT_PG15_SUITE's PostgreSQL 15 for the upgrade test, unpacked into $GD_CHROOT_PG15"
+    debs=$(mktemp -d "$root/tmp/gd-$GD_CHROOT_PG15_SUITE.XXXXXX") || return 1
+    for p in "${GD_CHROOT_PG15_PACKAGES[@]}"; do
+        candidate=$(_gd_chroot_candidate "$cache" "$GD_CHROOT_PG15_SUITE" "$p") || return 1
+        read -r version url sha <<<"$candidate"
+        echo "$p $version: $url" >>"$log"
+        if ! "${helper[@]}" "$url" "$debs/$p.deb" "SHA256:$sha" >>"$log" 2>&1 ||
+            ! dpkg-deb -x "$debs/$p.deb" "$root$GD_CHROOT_PG15" >>"$log" 2>&1; then
+            _gd_chroot_err "cannot fetch or unpack $p $version ($url)"
+            return 1
+        fi
+    done
+    rm -rf "$debs"
+    for f in "$root$GD_CHROOT_PG15"/usr/lib/*-linux-gnu/lib*.so.*; do
+        ln -sr "$f" "$root$lib/" || return 1
+    done
+    # shellcheck disable=SC2016 # expanded by that bash
+    if ! gd_in_chroot "$root" /bin/bash -c '
+        export LD_LIBRARY_PATH=$1
+        for f in "${1%/lib}"/bin/* "$1"/*.so*; do ldd "$f" 2>/dev/null | sed -n "s|^[[:space:]]*\(.* not found\)|$f: \1|p"; done
+        for f in /usr/lib/postgresql/*/bin/* /usr/lib/postgresql/*/lib/*.so; do
+            ldd "$f" 2>/dev/null | grep -F "$2" | sed "s|^[[:space:]]*|$f, trixie'"'"'s, loads |"
+        done
+        ' gd_ldd "$lib" "$GD_CHROOT_PG15" >"$root/tmp/gd-ldd.out" 2>&1 || [[ -s $root/tmp/gd-ldd.out ]]; then
+        _gd_chroot_err "PostgreSQL 15's libraries in the chroot:"
+        cat "$root/tmp/gd-ldd.out" >&2
+        return 1
+    fi
+    rm -f "$root/tmp/gd-ldd.out"
 }
 
 # Build a chroot of major $2 in the empty directory $1; the installed
@@ -339,7 +407,7 @@ gd_pg_chroot_provide() (
         return 1
     fi
 
-    if ! version=$(_gd_chroot_trixie_version "$cache" "postgresql-$major"); then
+    if ! version=$(_gd_chroot_candidate "$cache" "$GD_CHROOT_SUITE" "postgresql-$major"); then
         while IFS= read -r d; do
             if [[ -f $d/$GD_CHROOT_MARKER ]]; then
                 _gd_chroot_err "warning: cannot tell which postgresql-$major $GD_CHROOT_SUITE serves; using $d"
@@ -350,6 +418,7 @@ gd_pg_chroot_provide() (
         _gd_chroot_err "cannot tell which postgresql-$major $GD_CHROOT_SUITE serves, and no chroot of it is ready"
         return 1
     fi
+    version=${version%% *}
     dir=$cache/debian-$GD_CHROOT_SUITE-postgresql-$version
     if [[ -z ${GD_CHROOT_REFRESH:-} && -f $dir/$GD_CHROOT_MARKER &&
         "$(cat "$dir/$GD_CHROOT_MARKER")" == "$(_gd_chroot_marker_text "$major" "$version")" ]]; then
@@ -366,7 +435,7 @@ gd_pg_chroot_provide() (
     trap 'exit 130' INT
     trap 'exit 143' TERM HUP
     chmod 755 "$tmp" || return 1
-    if ! _gd_chroot_build "$tmp" "$major" "$log"; then
+    if ! _gd_chroot_build "$tmp" "$major" "$log" || ! _gd_chroot_pg15 "$tmp" "$cache" "$log"; then
         _gd_chroot_err "making the chroot failed; the end of its log ($log):"
         tail -n 40 "$log" >&2
         return 1
