@@ -108,6 +108,10 @@ fi
 previous_install=""
 [[ -n $(gd_previous_release_unavailable) ]] ||
     previous_install=$(gd_build_previous_release "$WORK/previous") || previous_install=""
+# This version for PostgreSQL 15, which the upgrade test (058) upgrades from
+# to this major (likewise).
+pg15_install=""
+[[ -n $(gd_pg15_unavailable) ]] || pg15_install=$(gd_build_pg15_copy "$WORK/pg15") || pg15_install=""
 
 
 # --------------------------------------------------- scratch copy of the tests
@@ -278,7 +282,7 @@ section "TAP (test/t)"
 if ((${#tap_files[@]})); then
     mapfile -t tap_rel < <(for f in "${tap_files[@]}"; do echo "t/$(basename "$f")"; done | LC_ALL=C sort)
     port=$(gd_free_port 5570)
-    mapfile -t tap_env < <(gd_tap_env "$WORK" "$port" "$previous_install")
+    mapfile -t tap_env < <(gd_tap_env "$WORK" "$port" "$previous_install" "$pg15_install")
     set +e
     gd_as_pg timeout --kill-after=15 "$TAP_SUITE_TIMEOUT" env "${tap_env[@]}" \
         perl "$WORK/tap_run.pl" "$WORK/tap_counts" "$PGXS/src/test/perl" "$WORK" -- "${tap_rel[@]}" 2>&1
