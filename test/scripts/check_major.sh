@@ -108,8 +108,9 @@ fi
 previous_install=""
 [[ -n $(gd_previous_release_unavailable) ]] ||
     previous_install=$(gd_build_previous_release "$WORK/previous") || previous_install=""
-# This version for PostgreSQL 15, which the upgrade test (058) upgrades from
-# to this major (likewise).
+# This version built for PostgreSQL 15, which the upgrade test (058)
+# upgrades from (a failure here fails that test; on 15, or without a 15 to
+# build for, it skips itself).
 pg15_install=""
 [[ -n $(gd_pg15_unavailable) ]] || pg15_install=$(gd_build_pg15_copy "$WORK/pg15") || pg15_install=""
 

@@ -32,9 +32,9 @@ die 'GD_PG15_INSTALL names no PostgreSQL 15 with gen_durable (see gd_build_pg15_
   unless $pg15 && -x "$pg15/bin/postgres";
 
 # The 15 cluster's engine serves queue 'work' only: what it leaves on 'held'
-# stays runnable, and so does what external workers claim from 'ext'.  The
-# major under test serves 'held' with two executors: the concurrency key
-# has to keep them apart.
+# stays runnable there, as the external steps on 'ext' do until the test
+# claims them.  The major under test serves 'held' with two executors: the
+# concurrency key has to keep them apart.
 my $old = GdTest::start_node('old', '-install_path' => $pg15, 'gen_durable.queues' => 'work:1');
 my $restored = GdTest::start_node('restored', 'gen_durable.database' => 'app', 'gen_durable.queues' => 'work:1, held:2');
 $restored->safe_psql('postgres', 'CREATE DATABASE app');
