@@ -89,10 +89,12 @@
 #
 # Measured on the 2-core development machine (fast mirror; another build
 # running alongside), postgresql-17 17.12-0+deb13u1:
-#   fresh: 3 min 40 s (3:37 and 3:46 in two runs; debootstrap and ~750 packages)
+#   fresh: 3 min 40 s (3:37 and 3:46 in two runs; debootstrap and ~750 packages;
+#          2:17 on a quiet machine, bookworm's 15 included: about 11 s of it)
 #   warm:  1 s (2 s when a Packages index changed and is fetched again)
-#   size:  2.1 GB (du -sh; chromium ~400 MB, boost headers ~160 MB,
-#          libllvm19 ~125 MB: postgresql-17 itself links it for the JIT)
+#   size:  2.4 GB (du -sh; chromium ~400 MB, boost headers ~160 MB,
+#          libllvm19 ~125 MB: postgresql-17 itself links it for the JIT;
+#          bookworm's 15 under /opt 215 MB, LLVM 14 most of it)
 #   `make check`'s suites for 17 inside (check_major.sh): about 6 to 7 min.
 #
 # TAP inside (17's PostgreSQL::Test::Utils): the modules are in
