@@ -17,7 +17,8 @@ constexpr int GD_MAX_BATCH = 1000; /* upper bound of gen_durable.batch_size */
 
 /* How a step of one FSM version runs (definitions.cpp). */
 struct StepDefinition {
-    Oid handler;           /* InvalidOid: an external step */
+    bool external;         /* run by external workers: no handler */
+    Oid handler;           /* the function its signature names now; InvalidOid when none does (dropped, renamed) */
     Oid owner;             /* role the handler runs as */
     int max_attempts;
     int64 backoff_us;

@@ -252,8 +252,8 @@ bool gd_handler_gone(const PickedInstance &row, const StepDefinition &def, Handl
     HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(def.handler));
     if (!HeapTupleIsValid(proc)) {
         why->sqlerrcode = ERRCODE_UNDEFINED_FUNCTION;
-        why->message = psprintf("gen_durable: the handler of step \"%s\" of FSM \"%s\" version %d, function %u, "
-                                "no longer exists", row.step, row.fsm, row.version, def.handler);
+        why->message = psprintf("gen_durable: the handler of step \"%s\" of FSM \"%s\" version %d no longer exists "
+                                "(dropped, or renamed: define the step again)", row.step, row.fsm, row.version);
         return true;
     }
     const auto *form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc));

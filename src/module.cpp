@@ -23,5 +23,8 @@ void _PG_init(void)
     if (!process_shared_preload_libraries_in_progress)
         return; /* loaded on demand: SQL functions work, but no engine runs */
     gd_install_shmem_hooks();
-    gd_register_launcher();
+    /* pg_upgrade's servers (-b) run nothing of the engine: it would connect to
+     * the databases pg_upgrade drops and makes again. */
+    if (!IsBinaryUpgrade)
+        gd_register_launcher();
 }

@@ -90,13 +90,13 @@ Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
     }
     def = *found;
     HandlerGone gone;
-    if (def.handler != InvalidOid && gd_handler_gone(row, def, &gone)) {
+    if (!def.external && gd_handler_gone(row, def, &gone)) {
         gd_apply_transition(row.id, gd_failed_at_once(row, gone.sqlerrcode, gone.message));
         return Disposition::handled;
     }
     if ((row.rate_limit != nullptr || def.rate_limit[0] != '\0') && !gd_admit_rate(row, def))
         return Disposition::throttled; /* it runs when its tokens are there */
-    if (def.handler == InvalidOid) {
+    if (def.external) {
         /* Now an external step (redefined): hand it to external workers. */
         Transition t = gd_final_transition(row, Status::runnable, 0, 0);
         t.external = true;

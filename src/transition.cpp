@@ -217,8 +217,8 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
     Transition t = from_step_of(row);
     t.parent_id = 0; /* only an ending instance wakes its parent */
     t.attempt = 1;
-    t.external = def.handler == InvalidOid; /* who runs the current step; gd_next says who runs the next */
-    t.claimed = def.handler == InvalidOid;
+    t.external = def.external; /* who runs the current step; gd_next says who runs the next */
+    t.claimed = def.external;
     t.history = def.history;
     if (strcmp(kind, "next") == 0) {
         t.event = StatEvent::step_next;
@@ -236,7 +236,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
             bad_outcome(row, "gd_next with a negative delay");
         t.status = Status::runnable;
         t.eligible_at += delay_us;
-        t.external = next->handler == InvalidOid;
+        t.external = next->external;
         /* To the next step's own queue, or home from a step with a queue of its
          * own (an instance is away from home only at such a step). */
         if (next->queue[0] != '\0') {
@@ -248,7 +248,7 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         /* From one in-database step straight to the next in the same queue, the
          * row keeps its place: every indexed column stays as it was, so the
          * update can be HOT (no new index entries, none left for vacuum). */
-        if (delay_us == 0 && !t.external && !t.moved && def.handler != InvalidOid)
+        if (delay_us == 0 && !t.external && !t.moved && !def.external)
             t.eligible_at = row.eligible_at;
         return t;
     }
@@ -864,7 +864,7 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
 {
     Transition t = gd_final_transition(row, row.attempt >= def.max_attempts ? Status::failed : Status::runnable, 0, error);
     t.event = StatEvent::step_retry;
-    t.external = def.handler == InvalidOid; /* the same step: the same kind of runner */
+    t.external = def.external; /* the same step: the same kind of runner */
     t.claimed = t.external;
     t.history = def.history;
     t.keep_resume = true;                   /* the retried step sees what its first attempt saw */

@@ -39,7 +39,10 @@ CREATE TABLE IF NOT EXISTS gd._steps (
     fsm          text NOT NULL,
     version      int  NOT NULL,
     step         text NOT NULL,
-    handler      regprocedure,         -- NULL: run by external workers
+    -- NULL: run by external workers; else the handler's signature, qualified
+    -- as regprocedure prints it under search_path pg_catalog, pg_temp (its
+    -- name, not its OID: what pg_dump and pg_upgrade keep)
+    handler      text,
     max_attempts int NOT NULL CHECK (max_attempts > 0),
     backoff      interval NOT NULL CHECK (backoff >= '0'),
     max_backoff  interval NOT NULL CHECK (max_backoff >= '0'),

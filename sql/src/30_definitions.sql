@@ -175,7 +175,7 @@ BEGIN
      WHERE s.fsm = fsm_row.name AND s.version = fsm_row.version AND s.step = _define_step_as.step;
     INSERT INTO gd._steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit,
                                 queue)
-    VALUES (fsm_row.name, fsm_row.version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit,
+    VALUES (fsm_row.name, fsm_row.version, step, handler::text, max_attempts, backoff, max_backoff, timeout, rate_limit,
             queue)
     ON CONFLICT ON CONSTRAINT _steps_pkey DO UPDATE
        SET handler = excluded.handler, max_attempts = excluded.max_attempts, backoff = excluded.backoff,
@@ -234,8 +234,8 @@ BEGIN
     END IF;
 END $$;
 
--- A function a step names as its handler cannot be dropped on its own by
--- the FSM's owner (an event trigger, through a door so it may read the
+-- A function a step names as its handler (by its signature: see gd._steps)
+-- cannot be dropped on its own by the FSM's owner (an event trigger, through a door so it may read the
 -- steps whoever drops): it would fail the FSM's instances.  Another role
 -- dropping its own function is not held back by a step of someone else's
 -- naming it.  A drop of something it belongs to (DROP SCHEMA ... CASCADE,
@@ -246,8 +246,13 @@ CREATE OR REPLACE FUNCTION gd._refuse_handler_drop() RETURNS event_trigger LANGU
 DECLARE
     named record;
 BEGIN
+    -- The dropped function's signature as gd._steps keeps it: its name, and its
+    -- argument types as regtype prints them under the door's search_path.
     SELECT d.object_identity, s.fsm, s.version, s.step INTO named
-      FROM pg_event_trigger_dropped_objects() d JOIN gd._steps s ON s.handler = d.objid
+      FROM pg_event_trigger_dropped_objects() d
+      JOIN gd._steps s ON s.handler = format('%s(%s)', quote_ident(d.address_names[1]) || '.' || quote_ident(d.address_names[2]),
+                                             (SELECT string_agg(a::regtype::text, ',' ORDER BY n)
+                                                FROM unnest(d.address_args) WITH ORDINALITY AS t(a, n)))
       JOIN gd._fsms f ON f.name = s.fsm AND f.version = s.version
      WHERE d.classid = 'pg_proc'::regclass AND d.original AND tg_tag IN ('DROP FUNCTION', 'DROP ROUTINE')
        AND pg_has_role(gd._caller(), f.owner, 'MEMBER')

@@ -94,6 +94,18 @@ ALTER TABLE gd._steps ADD COLUMN queue text REFERENCES gd._queues;
 ALTER TABLE gd._grants ADD COLUMN accepted boolean NOT NULL DEFAULT true;
 ALTER TABLE gd._grants ALTER COLUMN accepted SET DEFAULT false;
 
+-- A step names its handler by its signature, not its OID (pg_upgrade keeps no
+-- function OID, and refuses a regprocedure column): the text as
+-- regprocedure prints it under search_path pg_catalog, pg_temp.
+DO $$
+DECLARE
+    path text := pg_catalog.current_setting('search_path');
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    ALTER TABLE gd._steps ALTER COLUMN handler TYPE text USING handler::text;
+    PERFORM pg_catalog.set_config('search_path', path, true);
+END $$;
+
 -- FSM versions may keep a step history; handlers see their instance's trace context.
 ALTER TABLE gd._fsms ADD COLUMN history boolean NOT NULL DEFAULT false;
 ALTER TYPE gd.context ADD ATTRIBUTE trace_context text;

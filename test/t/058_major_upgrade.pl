@@ -193,8 +193,8 @@ finish($restored, 'app', 'restored');
 $restored->stop;
 
 # pg_upgrade's way (docs/operations.md, Upgrading): the major under test's
-# pg_upgrade, the engine idle in both clusters while it works; then the new
-# cluster starts with the library preloaded.  The old binaries need their
+# pg_upgrade, both clusters with the library preloaded (in binary-upgrade
+# mode it runs no engine); then the new cluster starts.  The old binaries need their
 # lib/ on the library path (PostgreSQL::Test::Cluster gives it to the old
 # cluster's commands): pg_upgrade runs them.
 my $upgraded = GdTest::start_node('upgraded', '-init' => { no_data_checksums => 1 },
@@ -215,9 +215,7 @@ my ($pg_upgraded, $pg_upgrade_out);
 				'--new-datadir' => $upgraded->data_dir,
 				'--old-port'    => PostgreSQL::Test::Cluster::get_free_port(),
 				'--new-port'    => PostgreSQL::Test::Cluster::get_free_port(),
-				'--socketdir'   => PostgreSQL::Test::Utils::tempdir_short(),
-				'--old-options' => '-c gen_durable.database=',
-				'--new-options' => '-c gen_durable.database='
+				'--socketdir'   => PostgreSQL::Test::Utils::tempdir_short()
 			],
 			'>&' => \$pg_upgrade_out),
 		'pg_upgrade from 15');

@@ -249,11 +249,7 @@ def history(conn, instance_id: int) -> List[Dict[str, Any]]:
 def definition(conn, fsm: str, version: int) -> Dict[str, Any]:
     found = rows(conn, "SELECT * FROM gd.fsms WHERE name OPERATOR(pg_catalog.=) %s"
                        "   AND version OPERATOR(pg_catalog.=) %s", [fsm, version])
-    steps = rows(conn, "SELECT s.step, (SELECT pg_catalog.format('%%I.%%I(%%s)', n.nspname, p.proname,"
-                       "                         pg_catalog.pg_get_function_identity_arguments(p.oid))"
-                       "                   FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n"
-                       "                     ON n.oid OPERATOR(pg_catalog.=) p.pronamespace"
-                       "                  WHERE p.oid OPERATOR(pg_catalog.=) s.handler) AS handler,"
+    steps = rows(conn, "SELECT s.step, s.handler,"
                        "       s.max_attempts, s.backoff, s.max_backoff, s.timeout, s.rate_limit, s.queue"
                        "  FROM gd.steps s WHERE s.fsm OPERATOR(pg_catalog.=) %s"
                        "   AND s.version OPERATOR(pg_catalog.=) %s ORDER BY s.step",
