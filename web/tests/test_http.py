@@ -57,7 +57,7 @@ class AsOwner(AsRole):
         self.assertIn("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;", page.text)
         self.assertRegex(page.text, r'id="children"[^<]*<li class="depth-1"><a href="/instances/\d+">')
         self.assertIn('id="history"', page.text)
-        self.assertIn("<code>web_shop.step(state jsonb, ctx gd.context)</code>", page.text)
+        self.assertIn("<code>web_shop.step(jsonb,gd.context)</code>", page.text)
         self.assertEqual(self.client.get("/instances/999999999").status_code, 404)
 
     def test_signal_cancel_retry_and_bulk(self):
