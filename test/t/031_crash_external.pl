@@ -191,9 +191,11 @@ sub wait_for
 	while (time() < $deadline)
 	{
 		supervise();
-		my ($rc, $out) = $node->psql('postgres', $sql);
-		$last = $out;
-		return 1 if $rc == 0 && $out eq $want;
+		# (a psql that finds the server restarting may exit before it reads
+		# the query: IPC::Run's write then dies on a broken pipe)
+		my ($rc, $out) = eval { $node->psql('postgres', $sql) };
+		$last = $out // $@;
+		return 1 if defined $rc && $rc == 0 && $out eq $want;
 		usleep(50_000);
 	}
 	diag("wait_for: '$sql' returned '$last', wanted '$want'");
