@@ -69,30 +69,34 @@ GD_PACKAGES+=(
     util-linux                # runuser
 )
 
-gd_missing_packages() {
+# The packages among $@ that are not installed, one a line.
+gd_not_installed() {
     local p
-    for p in "${GD_PACKAGES[@]}"; do
-        if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
-            echo "$p"
-        fi
+    for p in "$@"; do
+        [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || echo "$p"
     done
+}
+
+# Install the packages $2... with apt (none: nothing to do); $1 names who
+# needs them in messages, which go to stderr.  Only root may.
+gd_apt_install() {
+    local who=$1
+    shift
+    (($#)) || return 0
+    if [[ $EUID -ne 0 ]]; then
+        echo "$who: missing packages ($*) and not root: install them first" >&2
+        return 1
+    fi
+    gd_log "$who: installing $*" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 # Install whatever is missing; silent when everything is already there.
 gd_bootstrap_deps() {
     local missing
-    missing=$(gd_missing_packages | tr '\n' ' ')
-    if [[ -n "${missing// }" ]]; then
-        if [[ $EUID -ne 0 ]]; then
-            echo "bootstrap: missing packages ($missing) and not root: install them first" >&2
-            return 1
-        fi
-        gd_log "installing: $missing"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        # shellcheck disable=SC2086
-        apt-get install -y -qq --no-install-recommends $missing >/dev/null
-    fi
+    mapfile -t missing < <(gd_not_installed "${GD_PACKAGES[@]}")
+    gd_apt_install bootstrap "${missing[@]}" || return 1
     # postgresql-common creates it; be robust on a machine where it was removed.
     if ! id postgres >/dev/null 2>&1; then
         if [[ $EUID -ne 0 ]]; then
@@ -296,16 +300,7 @@ gd_node_client_deps() {
     local dir=$1 missing=()
     command -v node >/dev/null 2>&1 || missing+=(nodejs)
     command -v npm >/dev/null 2>&1 || missing+=(npm)
-    if ((${#missing[@]})); then
-        if [[ $EUID -ne 0 ]]; then
-            echo "bootstrap: missing ${missing[*]} and not root: install them first" >&2
-            return 1
-        fi
-        gd_log "installing ${missing[*]}" >&2
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
+    gd_apt_install bootstrap "${missing[@]}" || return 1
     (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 }
 

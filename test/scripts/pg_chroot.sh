@@ -316,6 +316,8 @@ _gd_chroot_build() {
     # (the host's CA bundle is not lent while ca-certificates makes the chroot's)
     local GD_CHROOT_BINDS="" _GD_CHROOT_HOST_FILES=/etc/resolv.conf
     local -x DEBIAN_FRONTEND=noninteractive DEBCONF_NONINTERACTIVE_SEEN=true
+    mapfile -t pkgs < <(gd_not_installed debootstrap)
+    gd_apt_install pg_chroot "${pkgs[@]}" || return 1
     _gd_chroot_log "debootstrap --variant=minbase $GD_CHROOT_SUITE (log: $log)"
     # (in a mount namespace of its own: the /proc and /sys it mounts in the
     # target go with it, even when it is killed)

@@ -99,18 +99,9 @@ _gd_pgs_codename() {
 
 # Install the missing build dependencies (only those).
 _gd_pgs_build_deps() {
-    local p missing=()
-    for p in "${GD_PG_SOURCE_BUILD_DEPS[@]}"; do
-        [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
-    done
-    ((${#missing[@]})) || return 0
-    if [[ $EUID -ne 0 ]]; then
-        echo "pg_source: missing build dependencies (${missing[*]}) and not root: install them first" >&2
-        return 1
-    fi
-    _gd_pgs_log "installing build dependencies: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || return 1
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 || return 1
+    local missing
+    mapfile -t missing < <(gd_not_installed "${GD_PG_SOURCE_BUILD_DEPS[@]}")
+    gd_apt_install pg_source "${missing[@]}"
 }
 
 # Fetch the source index of suite $2 (sid) into $1 (a directory), verified:
