@@ -12,10 +12,11 @@ from gen_durable import next_step, retry, stop
 def charge(state, ctx):
     """Charge the card through a payment provider (simulated here).
 
-    Runs outside the database, so it may run more than once if a worker dies
-    mid-step: pass an idempotency key to the provider.
+    Runs outside the database, so it may run more than once (a retry after
+    the provider's late answer, a worker that dies mid-step): pass the
+    provider the key of this visit of the step, the same on every attempt.
     """
-    idempotency_key = f"order-{ctx.id}"
+    idempotency_key = ctx.idempotency_key
     amount = state.get("amount", 0)
     if amount <= 0:
         return stop({"reason": "nothing to charge", "amount": amount})

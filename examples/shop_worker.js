@@ -6,10 +6,11 @@ const { Worker, nextStep, retry, stop } = require('gen-durable');
 const worker = new Worker(process.argv[2], { queues: ['shop'], log: console });
 
 // Charge the card through a payment provider (simulated here).  Runs outside
-// the database, so it may run more than once if a worker dies mid-step: pass
-// an idempotency key to the provider.
+// the database, so it may run more than once (a retry after the provider's
+// late answer, a worker that dies mid-step): pass the provider the key of this
+// visit of the step, the same on every attempt.
 worker.step('shop_order', 'charge', async (state, ctx) => {
-  const idempotencyKey = `order-${ctx.id}`;
+  const idempotencyKey = ctx.idempotencyKey;
   const amount = state.amount ?? 0;
   if (amount <= 0) return stop({ reason: 'nothing to charge', amount });
   if (state.card === 'flaky' && ctx.attempt < 2) return retry({ reason: 'provider timeout' }, 0.5);

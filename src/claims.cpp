@@ -71,11 +71,21 @@ Transition undefined_step_transition(const PickedInstance &row)
     return t;
 }
 
-/* The error of a step whose lease expired. */
-Datum lease_expired_json(const ClaimedRow &claimed)
+/* Did the claimed step's lease end at its deadline (its timeout), rather than its worker going quiet? */
+bool overran(const ClaimedRow &claimed, const StepDefinition &def)
+{
+    TimestampTz deadline = gd_step_deadline(def, claimed.claimed_at);
+    return claimed.claimed_at != 0 && deadline != 0 && GetCurrentTimestamp() >= deadline;
+}
+
+/* The error of a step whose lease expired, at its deadline (`timed_out`) or not. */
+Datum lease_expired_json(const ClaimedRow &claimed, const StepDefinition &def, bool timed_out)
 {
     const char *worker = claimed.lease_owner ? claimed.lease_owner : "";
     ErrorFields fields{"lease_expired", psprintf("gen_durable: the lease of worker \"%s\" expired", worker)};
+    if (timed_out)
+        fields = ErrorFields{"timeout", psprintf("gen_durable: step \"%s\" ran past its timeout of %d ms on worker \"%s\"",
+                                                 claimed.row.step, def.timeout_ms, worker)};
     fields.worker = worker;
     return gd_error_document(claimed.row, fields);
 }
@@ -90,8 +100,10 @@ void reclaim(const ClaimedRow &claimed)
         gd_apply_transition(row.id, undefined_step_transition(row));
         return;
     }
-    /* The attempt is counted; the step runs again at once (the worker died, the step did not fail). */
-    Transition t = gd_retry_transition(row, *def, lease_expired_json(claimed), 0);
+    /* The attempt is counted.  A step that overran its timeout is retried after its backoff, as an
+     * in-database one is; one whose worker died runs again at once (the step did not fail). */
+    bool timed_out = overran(claimed, *def);
+    Transition t = gd_retry_transition(row, *def, lease_expired_json(claimed, *def, timed_out), timed_out ? -1 : 0);
     t.event = StatEvent::count_; /* counted as reaped, not as a step's outcome */
     gd_apply_transition(row.id, t);
     gd_count_queue(row.queue, QueueEvent::reclaimed);
@@ -305,24 +317,39 @@ GD_SQL_FUNCTION(gd_claim_steps)
     gd_prepare_handler_calls();
     PickedInstance *rows = static_cast<PickedInstance *>(MemoryContextAlloc(call_context, sizeof(PickedInstance) * limit));
     int picked = gd_pick_external(queue, limit, usable, rows, call_context);
+    /* A step with a timeout must end by its deadline: its lease never runs past it. */
+    TimestampTz claimed_at = GetCurrentTimestamp();
+    TimestampTz *deadlines = static_cast<TimestampTz *>(palloc0(sizeof(TimestampTz) * Max(picked, 1)));
     Datum *admitted = static_cast<Datum *>(palloc(sizeof(Datum) * Max(picked, 1)));
+    Datum *admitted_deadlines = static_cast<Datum *>(palloc(sizeof(Datum) * Max(picked, 1)));
+    bool *no_deadline = static_cast<bool *>(palloc(sizeof(bool) * Max(picked, 1)));
     int admitted_count = 0;
     for (int i = 0; i < picked; i++) {
         const StepDefinition *found = gd_find_step(rows[i].fsm, rows[i].version, rows[i].step);
         StepDefinition def = found != nullptr ? *found : StepDefinition{};
-        if ((rows[i].rate_limit == nullptr && def.rate_limit[0] == '\0') || gd_admit_rate(rows[i], def))
-            admitted[admitted_count++] = Int64GetDatum(rows[i].id);
+        if ((rows[i].rate_limit == nullptr && def.rate_limit[0] == '\0') || gd_admit_rate(rows[i], def)) {
+            deadlines[i] = gd_step_deadline(def, claimed_at);
+            admitted[admitted_count] = Int64GetDatum(rows[i].id);
+            admitted_deadlines[admitted_count] = TimestampTzGetDatum(deadlines[i]);
+            no_deadline[admitted_count] = deadlines[i] == 0;
+            admitted_count++;
+        }
     }
     static SPIPlanPtr lease_plan = nullptr;
-    Datum args[4] = {PointerGetDatum(construct_array(admitted, admitted_count, INT8OID, sizeof(int64), true,
-                                                     TYPALIGN_DOUBLE)),
-                     worker, lease, TimestampTzGetDatum(GetCurrentTimestamp())};
-    if (gd_run_kept(lease_plan,
-                    "UPDATE gd._instances i"
-                    "   SET status = 'executing', lease_owner = $2, lease_token = nextval('gd._lease_tokens'::regclass),"
-                    "       lease_expires_at = $4 + $3, updated_at = $4, claimed_at = $4"
-                    " WHERE i.id = ANY ($1) RETURNING i.id, i.lease_token",
-                    {INT8ARRAYOID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+    if (lease_plan == nullptr) {
+        Oid types[5] = {INT8ARRAYOID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID};
+        lease_plan = gd_prepare_kept("UPDATE gd._instances i"
+                                     "   SET status = 'executing', lease_owner = $2,"
+                                     "       lease_token = nextval('gd._lease_tokens'::regclass),"
+                                     "       lease_expires_at = least($4 + $3, c.deadline), updated_at = $4, claimed_at = $4"
+                                     "  FROM unnest($1, $5) AS c(id, deadline)"
+                                     " WHERE i.id = c.id AND i.id = ANY ($1) RETURNING i.id, i.lease_token",
+                                     5, types);
+    }
+    Datum args[5] = {gd_array_of(admitted, nullptr, admitted_count, INT8OID), worker, lease,
+                     TimestampTzGetDatum(claimed_at),
+                     gd_array_of(admitted_deadlines, no_deadline, admitted_count, TIMESTAMPTZOID)};
+    if (gd_execute_kept(lease_plan, args, nullptr, false, 0, KeptJoins::hashed) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: leasing %d claimed steps failed", admitted_count);
     /* (id, token) pairs, sorted by id, to answer in the pick's order. */
     int leased = static_cast<int>(SPI_processed);
@@ -340,7 +367,7 @@ GD_SQL_FUNCTION(gd_claim_steps)
             continue; /* held back by its rate limits */
         MemoryContext spi_context = MemoryContextSwitchTo(call_context);
         Datum values[7] = {Int64GetDatum(rows[i].id), CStringGetTextDatum(rows[i].fsm), Int32GetDatum(rows[i].version),
-                           CStringGetTextDatum(rows[i].step), rows[i].state, gd_context(rows[i], queue),
+                           CStringGetTextDatum(rows[i].step), rows[i].state, gd_context(rows[i], queue, deadlines[i]),
                            Int64GetDatum(pair[1])};
         bool nulls[7] = {};
         tuplestore_putvalues(result_info->setResult, result_info->setDesc, values, nulls);
@@ -353,8 +380,9 @@ GD_SQL_FUNCTION(gd_claim_steps)
 /*
  * gd._extend_claim(caller oid, id bigint, lease_token bigint, extend interval)
  * → boolean: gd_heartbeat once its arguments are checked.  The lease runs
- * until now + `extend` (NULL: the length it was given); false when the token
- * no longer owns the row or `caller` may not use it.
+ * until now + `extend` (NULL: the length it was given), never past the
+ * step's deadline (its claim + its timeout); false when the token no longer
+ * owns the row, `caller` may not use it, or the deadline has passed.
  */
 GD_SQL_FUNCTION(gd_extend_claim)
 {
@@ -362,13 +390,20 @@ GD_SQL_FUNCTION(gd_extend_claim)
     SPI_connect();
     if (gd_run_kept_on_arguments(extend_plan,
                     "UPDATE gd._instances i"
-                    "   SET lease_expires_at = t.at + coalesce($4, i.lease_expires_at - i.updated_at), updated_at = t.at"
+                    "   SET lease_expires_at = least(t.at + coalesce($4, i.lease_expires_at - i.updated_at),"
+                    "                                i.claimed_at + (SELECT s.timeout FROM gd._steps s"
+                    "                                                 WHERE s.fsm = i.fsm AND s.version = i.version"
+                    "                                                   AND s.step = i.step)),"
+                    "       updated_at = t.at"
                     "  FROM (SELECT clock_timestamp() AS at) t"
                     " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
-                    "   AND gd._may_use_instance($1, i.owner, i.fsm)",
-                    {OIDOID, INT8OID, INT8OID, INTERVALOID}, fcinfo, false, 0) != SPI_OK_UPDATE)
+                    "   AND gd._may_use_instance($1, i.owner, i.fsm)"
+                    " RETURNING i.lease_expires_at > t.at",
+                    {OIDOID, INT8OID, INT8OID, INTERVALOID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: extending the lease of instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
-    bool extended = SPI_processed > 0;
+    bool isnull;
+    bool extended = SPI_processed > 0 &&
+                    DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
     SPI_finish();
     PG_RETURN_BOOL(extended);
 }

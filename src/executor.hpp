@@ -58,14 +58,16 @@ struct PickedInstance {
     int32 priority;
     TimestampTz eligible_at;
     char *trace_context;   /* the W3C traceparent it was inserted with; nullptr when none */
+    char *visit_key;       /* the current visit of its step: ctx.idempotency_key */
     const char *queue;     /* where the current step runs (not among GD_INSTANCE_COLUMNS: its reader knows) */
 };
 
 /* The columns gd_read_instance reads, in its order, for queries on gd._instances i. */
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
-    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority, i.eligible_at, i.trace_context"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 17;
+    "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority, i.eligible_at, i.trace_context, " \
+    "i.visit_key::text"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 18;
 
 /* The engine's own statements (kept_plans.cpp): prepare one once (a kept,
  * generic plan), and run it as SPI_execute_plan would, planned for the indexes. */
@@ -137,7 +139,9 @@ struct Transition {
     Datum children;          /* awaiting_children: jsonb array of insert options */
     Oid spawn_role;          /* awaiting_children: whose rights the children are inserted with */
     int spawned;             /* awaiting_children: how many children were inserted */
-    bool keep_resume;        /* a retry: the step runs again with the same ctx signals/children */
+    /* A retry: the same visit of the step goes on, with the same ctx signals,
+     * children and idempotency key (else the key is made anew). */
+    bool same_visit;
     /* The step that ran, for telemetry (step_records.cpp). */
     StatEvent event;         /* its outcome's step event (StatEvent::count_: no step ran to an outcome) */
     int ran_attempt;         /* its attempt */
@@ -275,8 +279,11 @@ void gd_prepare_handler_calls();
 /* A new GUC nest level with the search_path handlers run with; the caller
  * ends it with AtEOXact_GUC(true, level). */
 int gd_use_handler_search_path();
-/* The gd.context a step of the row sees, running on `queue` (after gd_prepare_handler_calls). */
-Datum gd_context(const PickedInstance &row, const char *queue);
+/* The gd.context a step of the row sees, running on `queue` until `deadline` (0: no timeout; after
+ * gd_prepare_handler_calls). */
+Datum gd_context(const PickedInstance &row, const char *queue, TimestampTz deadline);
+/* When a step that starts at `start` must end by under its definition's timeout; 0: no timeout. */
+TimestampTz gd_step_deadline(const StepDefinition &def, TimestampTz start);
 /*
  * Can the step's handler never run again — the function or the FSM's owner
  * was dropped, or the function is no longer (jsonb, gd.context) returning

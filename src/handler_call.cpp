@@ -68,7 +68,7 @@ extern "C" {
 
 namespace {
 
-constexpr int CONTEXT_COLUMNS = 11;
+constexpr int CONTEXT_COLUMNS = 13;
 
 /* gd.context and gd.outcome, looked up once per batch (the extension may have been re-created). */
 Oid context_type = InvalidOid;
@@ -104,7 +104,12 @@ Datum resume_array(const PickedInstance &row, const char *key)
 
 } // namespace
 
-Datum gd_context(const PickedInstance &row, const char *queue)
+TimestampTz gd_step_deadline(const StepDefinition &def, TimestampTz start)
+{
+    return def.timeout_ms > 0 ? TimestampTzPlusMilliseconds(start, def.timeout_ms) : 0;
+}
+
+Datum gd_context(const PickedInstance &row, const char *queue, TimestampTz deadline)
 {
     JsonbValue *timed_out = resume_field(row, "timed_out");
     Datum values[CONTEXT_COLUMNS] = {
@@ -113,10 +118,12 @@ Datum gd_context(const PickedInstance &row, const char *queue)
         Int32GetDatum(row.attempt), row.correlation_key ? CStringGetTextDatum(row.correlation_key) : 0,
         resume_array(row, "signals"), resume_array(row, "children"),
         BoolGetDatum(timed_out != nullptr && timed_out->type == jbvBool && timed_out->val.boolean),
-        CStringGetTextDatum(queue), row.trace_context ? CStringGetTextDatum(row.trace_context) : 0};
+        CStringGetTextDatum(queue), row.trace_context ? CStringGetTextDatum(row.trace_context) : 0,
+        CStringGetTextDatum(row.visit_key), TimestampTzGetDatum(deadline)};
     bool nulls[CONTEXT_COLUMNS] = {};
     nulls[5] = row.correlation_key == nullptr;
     nulls[10] = row.trace_context == nullptr;
+    nulls[12] = deadline == 0;
     return HeapTupleGetDatum(heap_form_tuple(context_desc, values, nulls));
 }
 
@@ -279,7 +286,7 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
     InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, nullptr, nullptr);
     fcinfo->args[0].value = row.state;
     fcinfo->args[0].isnull = false;
-    fcinfo->args[1].value = gd_context(row, queue);
+    fcinfo->args[1].value = gd_context(row, queue, gd_step_deadline(def, GetCurrentTimestamp()));
     fcinfo->args[1].isnull = false;
 
     Oid engine_user;

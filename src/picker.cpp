@@ -55,6 +55,7 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.priority = DatumGetInt32(SPI_getbinval(tuple, desc, 15, &isnull));
     row.eligible_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 16, &isnull));
     row.trace_context = copy_text(tuple, desc, 17);
+    row.visit_key = copy_text(tuple, desc, 18);
 }
 
 namespace {

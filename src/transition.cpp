@@ -366,6 +366,8 @@ void prepare_plans()
                                       "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
                                       "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
                                       "       resume = CASE WHEN $13 THEN resume END,"
+                                      "       visit_key = CASE WHEN $13 OR $2 IN ('done', 'failed', 'cancelled') THEN visit_key"
+                                      "                        ELSE gen_random_uuid() END,"
                                       /* moved ($14): gd._route($15, the home queue) */
                                       "       queue = CASE WHEN $14 THEN coalesce($15, home_queue, queue) ELSE queue END,"
                                       "       home_queue = CASE WHEN NOT $14 THEN home_queue"
@@ -460,7 +462,7 @@ void gd_write_transition(int64 id, const Transition &t)
                       t.result,            t.error,
                       BoolGetDatum(t.external),    t.wait_names,
                       TimestampTzGetDatum(t.wait_deadline), t.then_step ? CStringGetTextDatum(t.then_step) : 0,
-                      BoolGetDatum(t.keep_resume), BoolGetDatum(t.moved),
+                      BoolGetDatum(t.same_visit), BoolGetDatum(t.moved),
                       t.route ? CStringGetTextDatum(t.route) : 0};
     char nulls[15] = {' ', ' ', ' ', t.state ? ' ' : 'n', ' ', ' ', t.result ? ' ' : 'n', t.error ? ' ' : 'n', ' ',
                       t.wait_names ? ' ' : 'n', t.wait_deadline ? ' ' : 'n', t.then_step ? ' ' : 'n', ' ', ' ',
@@ -512,13 +514,17 @@ void gd_flush_transitions(TransitionBatch &batch)
             "UPDATE gd._instances i SET status = t.status, step = t.step, state = coalesce(t.state, i.state),"
             "       attempt = t.attempt, eligible_at = t.eligible_at, result = t.result, error = t.error,"
             "       external = t.external, wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
-            "       resume = CASE WHEN t.keep_resume THEN i.resume END, lease_owner = NULL, lease_token = NULL,"
+            "       resume = CASE WHEN t.same_visit THEN i.resume END,"
+            /* an instance that ends keeps its step's key: gd_retry(id) retries that visit */
+            "       visit_key = CASE WHEN t.same_visit OR t.status IN ('done', 'failed', 'cancelled') THEN i.visit_key"
+            "                        ELSE gen_random_uuid() END,"
+            "       lease_owner = NULL, lease_token = NULL,"
             "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
             "       finished_at = CASE WHEN t.status IN ('done', 'failed', 'cancelled') THEN clock_timestamp() END"
             /* unnest in the select list (ProjectSet): element by element, not ten tuplestores */
             "  FROM (SELECT unnest($1) AS id, unnest($2) AS status, unnest($3) AS step, unnest($4) AS state,"
             "               unnest($5) AS attempt, unnest($6) AS eligible_at, unnest($7) AS result,"
-            "               unnest($8) AS error, unnest($9) AS external, unnest($10) AS keep_resume) t"
+            "               unnest($8) AS error, unnest($9) AS external, unnest($10) AS same_visit) t"
             /* = ANY: an index scan of just these rows, whatever the join order */
             " WHERE i.id = t.id AND i.id = ANY ($1) AND i.status = $11"
             " RETURNING i.id",
@@ -543,7 +549,7 @@ void gd_flush_transitions(TransitionBatch &batch)
         errors[i] = t.error;
         error_nulls[i] = t.error == 0;
         externals[i] = BoolGetDatum(t.external);
-        keeps[i] = BoolGetDatum(t.keep_resume);
+        keeps[i] = BoolGetDatum(t.same_visit);
     }
     Datum args[11] = {gd_array_of(ids, nullptr, n, INT8OID),          gd_array_of(statuses, nullptr, n, TEXTOID),
                       gd_array_of(steps, nullptr, n, TEXTOID),        gd_array_of(states, state_nulls, n, JSONBOID),
@@ -867,7 +873,7 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
     t.external = def.external; /* the same step: the same kind of runner */
     t.claimed = t.external;
     t.history = def.history;
-    t.keep_resume = true;                   /* the retried step sees what its first attempt saw */
+    t.same_visit = true;                    /* the retried step sees what its first attempt saw */
     if (row.attempt >= def.max_attempts)
         return t;
     int64 delay_us = explicit_backoff_us;

@@ -122,7 +122,10 @@ CREATE TABLE IF NOT EXISTS gd._instances (
     -- instance's other steps (its FSM's, or its insert's), to come back to.
     home_queue        text,
     trace_context     text,               -- the W3C traceparent the instance was inserted with (children inherit it)
-    claimed_at        timestamptz         -- when an external worker claimed the current step
+    claimed_at        timestamptz,        -- when an external worker claimed the current step
+    -- The current visit of its step (ctx.idempotency_key): kept by the visit's
+    -- retries, reclaims and workers, made anew when the instance leaves the step.
+    visit_key         uuid NOT NULL DEFAULT gen_random_uuid()
     -- (fsm, version) names a row of gd._fsms: checked by every insert path, and
     -- gd._fsms refuses to lose a definition in use (gd._fsm_in_use below).  Not
     -- a foreign key: its check would weigh on every inserted row and lock the
@@ -234,7 +237,9 @@ BEGIN
             children        jsonb,
             timed_out       boolean,
             queue           text,
-            trace_context   text
+            trace_context   text,
+            idempotency_key text,
+            deadline        timestamptz
         );
         -- kind: next | retry | await | schedule_childs | done | stop
         CREATE TYPE gd.outcome AS (

@@ -61,7 +61,7 @@ END $$;
 -- Instances: each in its owner's key space (correlation keys, concurrency
 -- keys); home_queue for steps on queues of their own.  Rewrites the table.
 ALTER TABLE gd._instances ADD COLUMN owner regrole, ADD COLUMN home_queue text, ADD COLUMN trace_context text,
-    ADD COLUMN claimed_at timestamptz;
+    ADD COLUMN claimed_at timestamptz, ADD COLUMN visit_key uuid NOT NULL DEFAULT gen_random_uuid();
 UPDATE gd._instances i SET owner = f.owner FROM gd._fsms f WHERE f.name = i.fsm AND f.version = i.version;
 DO $$
 DECLARE
@@ -106,9 +106,11 @@ BEGIN
     PERFORM pg_catalog.set_config('search_path', path, true);
 END $$;
 
--- FSM versions may keep a step history; handlers see their instance's trace context.
+-- FSM versions may keep a step history; handlers see their instance's trace
+-- context, their step visit's idempotency key and their attempt's deadline.
 ALTER TABLE gd._fsms ADD COLUMN history boolean NOT NULL DEFAULT false;
-ALTER TYPE gd.context ADD ATTRIBUTE trace_context text;
+ALTER TYPE gd.context ADD ATTRIBUTE trace_context text, ADD ATTRIBUTE idempotency_key text,
+    ADD ATTRIBUTE deadline timestamptz;
 
 -- What 0.2 defines with another result type.
 DROP FUNCTION gd._key_limit(text);

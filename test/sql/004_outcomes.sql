@@ -45,18 +45,20 @@ INSERT INTO t.cases VALUES ('sleep', gd_insert('o', '{"do": "sleep"}', step => '
 
 -- First round: every instance runs its first step once.
 SELECT gd._execute('steps', 100) AS steps_run;
-SELECT c.name, i.status, i.step, i.attempt, i.state - 'do' AS state, i.result - 'id' AS result,
+SELECT c.name, i.status, i.step, i.attempt, i.state - 'do' AS state, i.result - '{id,idempotency_key}'::text[] AS result,
        i.error - 'message' AS error, i.error->>'message' AS message
   FROM t.cases c JOIN gd.instances i ON i.id = c.id ORDER BY c.name;
 -- The handler's own writes committed only for steps that succeeded.
 SELECT c.name, count(l.*) AS ledger_rows
   FROM t.cases c LEFT JOIN t.ledger l ON l.instance_id = c.id GROUP BY c.name ORDER BY c.name;
 -- The context a handler sees.
-SELECT i.result - 'id' AS ctx FROM t.cases c JOIN gd.instances i ON i.id = c.id WHERE c.name = 'ctx';
+SELECT i.result - '{id,idempotency_key}'::text[] AS ctx,
+       (i.result->>'idempotency_key')::uuid IS NOT NULL AS has_idempotency_key
+  FROM t.cases c JOIN gd.instances i ON i.id = c.id WHERE c.name = 'ctx';
 
 -- Second round: next steps run, failed attempts are retried (max_attempts 2: the last try).
 SELECT gd._execute('steps', 100) AS steps_run;
-SELECT c.name, i.status, i.step, i.attempt, i.result - 'id' AS result, i.error->>'sqlstate' AS sqlstate,
+SELECT c.name, i.status, i.step, i.attempt, i.result - '{id,idempotency_key}'::text[] AS result, i.error->>'sqlstate' AS sqlstate,
        i.finished_at IS NOT NULL AS finished
   FROM t.cases c JOIN gd.instances i ON i.id = c.id ORDER BY c.name;
 -- Nothing left to run but the instance scheduled an hour ahead.

@@ -220,3 +220,99 @@ SELECT s.event, s.count - b.count AS counted FROM gd.stats s JOIN t.stats_before
 -- Clean up the claims so later suites see no leases.
 UPDATE gd._instances SET status = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE fsm = 'xw' AND status IN ('runnable', 'executing');
+
+-- ctx.idempotency_key names one visit of a step: every attempt of it (a
+-- retry, a reclaimed lease, a failed instance retried) sees the same key, the
+-- next visit (a loop back to the same step) another.  In-database steps see
+-- it too.
+CREATE TABLE t.keys_seen (seen serial, step text, attempt int, key text);
+CREATE FUNCTION t.note_key(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO t.keys_seen (step, attempt, key) VALUES (ctx.step, ctx.attempt, ctx.idempotency_key);
+    IF ctx.attempt = 1 THEN
+        RETURN gd_retry('{"why": "first attempt"}', '1 millisecond');
+    END IF;
+    RETURN gd_next('pay');
+END $$;
+SELECT gd_define_fsm('idem', initial => 'note', queue => 'claims');
+SELECT gd_define_step('idem', 'note', 't.note_key(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_step('idem', 'pay', max_attempts => 5);
+SELECT gd_insert('idem', '{}') AS idem_id \gset
+-- Claim 'pay' as the worker named, record the key its ctx carries, complete
+-- the claim with the outcome given.
+CREATE FUNCTION t.pay_once(worker text, outcome gd.outcome) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    claimed record;
+BEGIN
+    SELECT * INTO claimed FROM gd_claim('claims', worker, 1, '1 hour', fsms => '{idem}');
+    INSERT INTO t.keys_seen (step, attempt, key) VALUES ('pay', (claimed.ctx).attempt, (claimed.ctx).idempotency_key);
+    IF outcome IS DISTINCT FROM NULL THEN   -- (IS NOT NULL: no field of it NULL)
+        PERFORM gd_complete(claimed.id, claimed.lease_token, outcome);
+    END IF;
+    RETURN (claimed.ctx).attempt;
+END $$;
+SELECT gd._execute('claims', 10) AS ran;
+SELECT pg_sleep(0.01);
+SELECT gd._execute('claims', 10) AS ran;
+-- pay, attempt 1: the worker gave up on a slow answer (a retry)
+SELECT t.pay_once('w1', gd_retry('{"why": "timed out"}', '1 millisecond')) AS attempt;
+SELECT pg_sleep(0.01);
+-- pay, attempt 2: the worker dies; its lease is reclaimed
+SELECT t.pay_once('w2', NULL) AS attempt;
+BEGIN;
+UPDATE gd._instances SET lease_expires_at = now() - interval '1 second' WHERE id = :idem_id;
+SELECT gd._reclaim_leases(100) AS reclaimed;
+COMMIT;
+-- pay, attempt 3, another worker: loops back to pay, a new visit
+SELECT t.pay_once('w3', gd_next('pay')) AS attempt;
+-- pay, attempt 1 of the second visit: stops; then the failed instance is retried
+SELECT t.pay_once('w3', gd_stop('{"why": "card declined"}')) AS attempt;
+SELECT gd_retry(:idem_id) AS retried;
+SELECT t.pay_once('w1', gd_done()) AS attempt;
+SELECT status FROM gd.instances WHERE id = :idem_id;
+-- The keys in the order they were first seen: one per visit, each a UUID.
+SELECT k.step, k.attempt, f.key_number, k.key ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' AS uuid
+  FROM t.keys_seen k
+  JOIN (SELECT key, row_number() OVER (ORDER BY min(seen)) AS key_number FROM t.keys_seen GROUP BY key) f USING (key)
+ ORDER BY k.seen;
+
+-- A step's timeout holds for external steps: the lease never runs past the
+-- claim + the timeout, whatever the heartbeats ask; at the deadline the
+-- reaper ends the claim (error.kind 'timeout', the attempt counted, retried
+-- after the step's backoff).  ctx.deadline tells the worker (and an
+-- in-database handler) when that is.
+SELECT gd_define_fsm('slow', initial => 'call', queue => 'claims');
+SELECT gd_define_step('slow', 'call', timeout => '2 seconds', backoff => '1 minute');
+SELECT gd_insert('slow', '{}') AS slow_id \gset
+BEGIN;   -- (the reaper cannot end the claim before this transaction does)
+SELECT id AS slow_claim, lease_token AS slow_token, (ctx).deadline AS slow_deadline
+  FROM gd_claim('claims', 'w1', 1, '1 hour', fsms => '{slow}') \gset
+SELECT :'slow_deadline'::timestamptz - claimed_at AS deadline_after, lease_expires_at - claimed_at AS lease
+  FROM gd._instances WHERE id = :slow_id;
+SELECT gd_heartbeat(:slow_id, :slow_token, '1 hour') AS kept,
+       lease_expires_at = :'slow_deadline'::timestamptz AS capped_at_deadline
+  FROM gd._instances WHERE id = :slow_id;
+-- Past the deadline: a heartbeat no longer keeps the claim; the reaper ends it.
+UPDATE gd._instances SET claimed_at = claimed_at - interval '3 seconds',
+                         lease_expires_at = lease_expires_at - interval '3 seconds' WHERE id = :slow_id;
+SELECT gd_heartbeat(:slow_id, :slow_token, '1 hour') AS kept;
+SELECT gd._reclaim_leases(100) AS reclaimed;
+COMMIT;
+SELECT status, attempt, error->>'kind' AS kind, error->>'message' AS message, error->>'worker' AS worker,
+       eligible_at > now() + interval '50 seconds' AS after_backoff
+  FROM gd.instances WHERE id = :slow_id;
+SELECT gd_complete(:slow_id, :slow_token, gd_done()) AS late_completion;
+-- Without a timeout there is no deadline; an in-database handler sees its own.
+CREATE FUNCTION t.note_deadline(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN gd_done(jsonb_build_object('deadline_in', extract(epoch FROM ctx.deadline - clock_timestamp())));
+END $$;
+SELECT gd_define_fsm('timed_db', initial => 'note', queue => 'claims');
+SELECT gd_define_step('timed_db', 'note', 't.note_deadline(jsonb, gd.context)'::regprocedure, timeout => '5 seconds');
+SELECT gd_insert('timed_db', '{}') AS timed_db_id \gset
+SELECT gd._execute('claims', 10) AS ran;
+SELECT (result->>'deadline_in')::float BETWEEN 4 AND 5 AS deadline_five_seconds_on FROM gd.instances WHERE id = :timed_db_id;
+SELECT gd_insert('idem', '{}', step => 'pay') AS no_timeout_id \gset
+SELECT (ctx).deadline IS NULL AS no_deadline FROM gd_claim('claims', 'w1', 1, fsms => '{idem}') WHERE id = :no_timeout_id;
+UPDATE gd._instances SET status = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+ WHERE fsm IN ('idem', 'slow') AND status IN ('runnable', 'executing');

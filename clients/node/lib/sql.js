@@ -31,8 +31,12 @@ function apiStatements(api) {
     retry: `SELECT ${api}.gd_retry($1::bigint) AS changed`,
     drain: `SELECT ${api}.gd_drain($1, with_scheduled => $2, max_steps => $3) AS ran`,
     // Only steps of the FSMs the worker has handlers for (fsms).
+    // secondsLeft: until the step's deadline (NULL: none), by the server's clock.
     claim: `SELECT c.id, c.fsm, c.version, c.step, c.state, pg_catalog.to_jsonb(c.ctx) AS ctx,
-                   c.lease_token::text AS token
+                   c.lease_token::text AS token,
+                   pg_catalog.date_part('epoch', (pg_catalog.to_jsonb(c.ctx) OPERATOR(pg_catalog.->>) 'deadline')::pg_catalog.timestamptz
+                                                 OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+                     AS "secondsLeft"
               FROM ${api}.gd_claim($1, $2, $3, $4::interval, fsms => $5::text[]) c`,
     // One completion statement for a batch: gd_outcome turns each JSON outcome into a gd.outcome.
     completeAll: `SELECT id, completed FROM ${api}.gd_complete_all($1::bigint[], $2::bigint[],

@@ -20,8 +20,12 @@
  *    `listenConfig`, a direct or session-mode connection);
  *  - a heartbeat extends every claim in hand every third of `lease`;
  *  - lost connections are opened again with backoff;
- *  - stop() (SIGTERM, SIGINT) drains: the step in hand finishes, the rest
- *    of its batch goes back (gd_release), run() resolves;
+ *  - a step past its deadline (its timeout: the engine ends the claim
+ *    there) is left behind: ctx.signal aborts, its writes are rolled back,
+ *    ctx.connection refuses it, the lane goes on;
+ *  - stop() (SIGTERM, SIGINT) drains: the step in hand finishes (within
+ *    drainTimeout seconds, or is left behind and handed back), the rest of
+ *    its batch goes back (gd_release), run() resolves;
  *  - the API's functions are called in the extension's schema, looked up
  *    once per connection, or in `apiSchema` if given.
  */
@@ -33,6 +37,40 @@ const { statements, apiSchemaOption, SQL } = require('./sql');
 const INVALID_PARAMETER_VALUE = '22023';
 
 class LeaseLost extends Error {}
+
+// What became of a step whose handler did not end in time (Worker.call).
+const OVERRAN = Symbol('overran');
+const ABANDONED = Symbol('abandoned');
+
+/**
+ * ctx.connection: the lane's client, the handler's while its step runs.  Once
+ * the step has ended without it (past its deadline, or the drain's limit) the
+ * lane has moved on, and the handler can no longer query it.
+ */
+function stepConnection(client, signal) {
+  let running = 0;
+  const query = (...args) => {
+    if (signal.aborted) {
+      return Promise.reject(new Error('gen_durable: this step has ended (past its deadline, or its worker stopped): ' +
+        "its connection is no longer the handler's"));
+    }
+    const result = client.query(...args);
+    if (result && typeof result.then === 'function') {
+      running++;
+      const settled = () => { running--; };
+      result.then(settled, settled);
+    }
+    return result;
+  };
+  const connection = new Proxy(client, {
+    get(target, property) {
+      if (property === 'query') return query;
+      const value = Reflect.get(target, property, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  return { connection, busy: () => running > 0 };
+}
 
 /** Waits between reconnect attempts: doubling from `first` up to `most` seconds, with jitter. */
 class Backoff {
@@ -80,10 +118,10 @@ const quietLog = { info() {}, warn: (m) => console.warn(m) };
 class Worker {
   constructor(config = {}, {
     handlers = {}, queues = null, concurrency = 1, batch = 10, lease = 30, poll = 10, name = null,
-    listenConfig = null, pooler = null, apiSchema = null, log = quietLog,
+    listenConfig = null, pooler = null, apiSchema = null, drainTimeout = 30, log = quietLog,
   } = {}) {
     if (concurrency < 1 || batch < 1) throw new RangeError('concurrency and batch must be at least 1');
-    Object.assign(this, { config, queues, concurrency, batch, lease, poll, listenConfig, pooler, log });
+    Object.assign(this, { config, queues, concurrency, batch, lease, poll, listenConfig, pooler, drainTimeout, log });
     this.apiSchema = apiSchemaOption(apiSchema);
     this.name = name ?? `${os.hostname()}:${process.pid}`;
     this.handlers = new Map(Object.entries(handlers)); // 'fsm/step' -> handler
@@ -93,6 +131,8 @@ class Worker {
     this.lost = new Set();
     this.watch = new NotifyWatch(this.name, listenConfig != null, log);
     this.sleepers = new Set();
+    this.abandoners = new Set(); // of the handlers running: each called at the drain's limit
+    this.drainTimer = null;
   }
 
   /** Run `handler(state, ctx)` for `step` of `fsm`; returns the worker. */
@@ -109,8 +149,13 @@ class Worker {
   /** The FSMs it has handlers for: the only ones it claims steps of. */
   fsms() { return [...new Set(this.steps().map(([fsm]) => fsm))].sort(); }
 
-  /** Drain and stop: no new claims; the batches in hand finish. */
+  /** Drain and stop: no new claims; the batches in hand finish, their handlers within drainTimeout seconds. */
   stop() {
+    if (!this.stopping) {
+      this.drainTimer = setTimeout(() => { for (const abandon of this.abandoners) abandon(ABANDONED); },
+        this.drainTimeout * 1000);
+      this.drainTimer.unref();
+    }
     this.stopping = true;
     for (const w of this.wakeups) w.fire();
     for (const wake of this.sleepers) wake();
@@ -131,6 +176,7 @@ class Worker {
       await Promise.all(helpers);
       this.log.info(`worker ${this.name} stopped`);
     } finally {
+      clearTimeout(this.drainTimer);
       if (signals) { process.off('SIGTERM', onSignal); process.off('SIGINT', onSignal); }
     }
   }
@@ -245,16 +291,18 @@ class Worker {
   async runAndComplete(client, claims) {
     await client.query('BEGIN');
     try {
+      const ran = [];
       const outcomes = [];
-      for (const claim of claims) {
-        if (this.stopping) break; // draining: the rest go back unrun, in this same transaction
-        outcomes.push(await this.call(client, claim));
+      let next = 0;
+      for (; next < claims.length && !this.stopping; next++) { // draining: the rest go back unrun
+        const outcome = await this.call(client, claims[next]);
+        if (outcome === ABANDONED) break; // goes back with the rest
+        if (outcome !== OVERRAN) { ran.push(claims[next]); outcomes.push(outcome); }
       }
-      const started = claims.slice(0, outcomes.length);
-      const completed = started.length ? await this.complete(client, started, outcomes) : [];
-      const stale = started.filter((c, i) => !completed[i]).map((c) => c.id);
+      const completed = ran.length ? await this.complete(client, ran, outcomes) : [];
+      const stale = ran.filter((c, i) => !completed[i]).map((c) => c.id);
       if (stale.length) throw new LeaseLost(`the leases of instances ${stale.join(', ')} were lost`);
-      await this.release(client, claims.slice(outcomes.length), 'the worker is stopping');
+      await this.release(client, claims.slice(next), 'the worker is stopping');
       await client.query('COMMIT');
     } catch (e) {
       await client.query('ROLLBACK').catch(() => {});
@@ -262,18 +310,61 @@ class Worker {
     }
   }
 
+  /**
+   * Run a claim's handler in a savepoint.  Its outcome (a raising handler's:
+   * a retry); OVERRAN when the step's deadline passed first (its writes
+   * undone, not completed: the engine ends the claim at the deadline and
+   * retries the step); ABANDONED when the drain's limit passed first (its
+   * writes undone, handed back).  Either way ctx.signal aborts, and the
+   * handler can no longer query ctx.connection.
+   */
   async call(client, claim) {
+    const left = claim.deadline === null ? Infinity : claim.deadline - performance.now();
+    if (left <= 0) {
+      this.log.warn(`instance ${claim.id} step ${claim.step} was past its deadline before its handler started`);
+      return OVERRAN;
+    }
+    const abort = new AbortController();
+    const guard = stepConnection(client, abort.signal);
     await client.query('SAVEPOINT gd_step');
+    let timer = null;
+    let cutShort;
+    const ended = new Promise((resolve) => {
+      cutShort = resolve;
+      if (left !== Infinity) timer = setTimeout(() => resolve(OVERRAN), left);
+    });
+    this.abandoners.add(cutShort); // resolved with ABANDONED at the drain's limit
+    const handling = Promise.resolve().then(() =>
+      this.handlerOf(claim)(claim.state, { ...claim.ctx, signal: abort.signal, connection: guard.connection }));
+    let outcome;
     try {
-      const outcome = await this.handlerOf(claim)(claim.state, claim.ctx);
-      await client.query('RELEASE SAVEPOINT gd_step');
-      return isOutcome(outcome) ? outcome
-        : retry({ message: `the handler returned ${JSON.stringify(outcome)}, not an outcome`, worker: this.name });
+      outcome = await Promise.race([handling, ended]);
     } catch (e) {
       await client.query('ROLLBACK TO SAVEPOINT gd_step');
       this.log.info(`instance ${claim.id} step ${claim.step} raised ${e}`);
       return retry({ message: String(e.message ?? e), type: e.name ?? typeof e, worker: this.name });
+    } finally {
+      clearTimeout(timer);
+      this.abandoners.delete(cutShort);
     }
+    if (outcome === OVERRAN || outcome === ABANDONED) {
+      const why = outcome === OVERRAN ? 'ran past its deadline' : "was still running at the drain's limit";
+      abort.abort(new Error(`gen_durable: step ${claim.step} of instance ${claim.id} ${why}`));
+      handling.catch(() => {}); // no longer awaited
+      if (guard.busy()) {
+        // Its query still runs on the lane's connection: nothing can be rolled back there until it
+        // ends.  The connection is closed (the batch rolls back; its claims run again after their leases).
+        client.connection.stream.destroy();
+        throw new Error(`instance ${claim.id} step ${claim.step} ${why} while its query ran; the lane reconnects`);
+      }
+      await client.query('ROLLBACK TO SAVEPOINT gd_step');
+      this.log.warn(`instance ${claim.id} step ${claim.step} ${why}` +
+        (outcome === OVERRAN ? '; the engine retries it' : '; it is handed back'));
+      return outcome;
+    }
+    await client.query('RELEASE SAVEPOINT gd_step');
+    return isOutcome(outcome) ? outcome
+      : retry({ message: `the handler returned ${JSON.stringify(outcome)}, not an outcome`, worker: this.name });
   }
 
   /** All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt. */
@@ -363,10 +454,13 @@ function claimFrom(row, client) {
   const c = row.ctx;
   return {
     id: toId(row.id), fsm: row.fsm, version: row.version, step: row.step, state: row.state, token: row.token,
+    // The step's deadline on this process's monotonic clock (null: none).
+    deadline: row.secondsLeft === null ? null : performance.now() + row.secondsLeft * 1000,
     ctx: {
       id: toId(c.id), fsm: c.fsm, version: c.version, step: c.step, attempt: c.attempt,
       correlationKey: c.correlation_key ?? null, signals: c.signals ?? [], children: c.children ?? [],
-      timedOut: Boolean(c.timed_out), queue: c.queue, traceContext: c.trace_context ?? null, connection: client,
+      timedOut: Boolean(c.timed_out), queue: c.queue, traceContext: c.trace_context ?? null,
+      idempotencyKey: c.idempotency_key, deadline: c.deadline ? new Date(c.deadline) : null, connection: client,
     },
   };
 }

@@ -8,6 +8,8 @@ import logging
 import os
 import random
 import socket
+import threading
+import time
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -51,7 +53,10 @@ class Statements:
         self.retry = f"SELECT {api}.gd_retry(%s)"
         self.drain = f"SELECT {api}.gd_drain(%s, with_scheduled => %s, max_steps => %s)"
         # Only steps of the FSMs the worker has handlers for (fsms).
-        self.claim = ("SELECT c.id, c.fsm, c.version, c.step, c.state, pg_catalog.to_jsonb(c.ctx), c.lease_token"
+        # The last column: seconds until the step's deadline (NULL: none), by the server's clock.
+        self.claim = ("SELECT c.id, c.fsm, c.version, c.step, c.state, pg_catalog.to_jsonb(c.ctx), c.lease_token,"
+                      " pg_catalog.date_part('epoch', (pg_catalog.to_jsonb(c.ctx) OPERATOR(pg_catalog.->>) 'deadline')"
+                      "::pg_catalog.timestamptz OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())"
                       f"  FROM {api}.gd_claim(%s, %s, %s, %s::interval, fsms => %s::text[]) c")
         # One completion statement for a batch: gd_outcome turns each JSON outcome into a gd.outcome.
         self.complete_all = (
@@ -181,8 +186,16 @@ class Context:
     children: List[Any]
     timed_out: bool
     queue: str
+    # The same for every attempt of this visit of the step (retries, reclaims,
+    # other workers), another for a later visit: key external effects by it.
+    idempotency_key: str
     trace_context: Optional[str] = None  # the W3C traceparent the instance was inserted with
+    deadline: Optional[str] = None       # when the step's timeout ends it (ISO 8601, the server's clock); None: never
     connection: Any = None
+    # Set when the step ended without the handler (its deadline passed, or the
+    # worker's drain reached its limit): the handler should stop; its
+    # connection is no longer its own.
+    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
 @dataclasses.dataclass
@@ -194,17 +207,23 @@ class Claim:
     state: Dict[str, Any]
     context: Context
     token: int
+    expires: Optional[float] = None   # the step's deadline by time.monotonic(); None: none
+
+    def seconds_left(self) -> Optional[float]:
+        return None if self.expires is None else self.expires - time.monotonic()
 
 
 def claims_from(rows, connection) -> List[Claim]:
     claims = []
-    for id_, fsm, version, step, state, ctx, token in rows:
+    for id_, fsm, version, step, state, ctx, token, seconds_left in rows:
         context = Context(id=ctx["id"], fsm=ctx["fsm"], version=ctx["version"], step=ctx["step"],
                           attempt=ctx["attempt"], correlation_key=ctx.get("correlation_key"),
                           signals=ctx.get("signals") or [], children=ctx.get("children") or [],
                           timed_out=bool(ctx.get("timed_out")), queue=ctx["queue"],
-                          trace_context=ctx.get("trace_context"), connection=connection)
-        claims.append(Claim(id_, fsm, version, step, state, context, token))
+                          trace_context=ctx.get("trace_context"), idempotency_key=ctx["idempotency_key"],
+                          deadline=ctx.get("deadline"), connection=connection)
+        expires = None if seconds_left is None else time.monotonic() + seconds_left
+        claims.append(Claim(id_, fsm, version, step, state, context, token, expires))
     return claims
 
 
@@ -253,6 +272,59 @@ class Handlers:
 
     def __bool__(self):
         return bool(self._by_step)
+
+
+# What became of a step whose handler did not end in time (the workers' _call).
+OVERRAN = "overran"       # its deadline passed: not completed, the engine ends the claim and retries the step
+ABANDONED = "abandoned"   # the drain's limit passed: handed back
+
+
+class Ended(Exception):
+    """Raised in a lane to roll back a step that ended without its handler (`how`: OVERRAN or ABANDONED)."""
+
+    def __init__(self, how: str):
+        super().__init__(how)
+        self.how = how
+
+
+class StepEnded(Exception):
+    """A handler used its connection after its step ended without it."""
+
+
+class StepConnection:
+    """ctx.connection in a worker: the lane's connection, the handler's while
+    its step runs.  Once the step has ended without it (past its deadline, or
+    the drain's limit) the lane has moved on, and it refuses to be used."""
+
+    def __init__(self, connection):
+        self._connection = connection
+        self._ended = False
+
+    def end(self):
+        self._ended = True
+
+    def __getattr__(self, name):
+        if self._ended:
+            raise StepEnded("gen_durable: this step has ended (past its deadline, or its worker stopped): "
+                            "its connection is no longer the handler's")
+        return getattr(self._connection, name)
+
+
+def cancel_running_query(connection):
+    """Cancel what a handler left running on the lane's connection, so that the lane can roll it back."""
+    if connection.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
+        connection.cancel()
+
+
+def ended_early(claim: Claim, ended: str, worker: str):
+    """Say why a step ended without its handler; the handler is told through ctx.cancelled."""
+    claim.context.cancelled.set()
+    if ended == OVERRAN:
+        log.warning("worker %s: instance %s step %s ran past its deadline; the engine retries it", worker, claim.id,
+                    claim.step)
+    else:
+        log.warning("worker %s: instance %s step %s was still running at the drain's limit; it is handed back", worker,
+                    claim.id, claim.step)
 
 
 def failed_attempt(error: BaseException, worker: str) -> Outcome:
@@ -352,7 +424,7 @@ class WorkerSettings:
                  queues: Optional[Sequence[str]] = None, concurrency: int = 1, batch: int = 10,
                  lease: float = 30.0, poll: float = 10.0, name: Optional[str] = None,
                  listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None,
-                 api_schema: Optional[str] = None):
+                 api_schema: Optional[str] = None, drain_timeout: float = 30.0):
         if concurrency < 1 or batch < 1:
             raise ValueError("concurrency and batch must be at least 1")
         self.conninfo = conninfo
@@ -366,6 +438,7 @@ class WorkerSettings:
         self.listen_conninfo = listen_conninfo
         self.pooler = pooler
         self.api_schema = api_schema_option(api_schema)
+        self.drain_timeout = drain_timeout
         self._in_hand: Dict[int, int] = {}       # claim id -> lease token, for the heartbeat
         self._lost: set = set()
         self._watch = NotifyWatch(self.name, listen_conninfo is not None)

@@ -117,11 +117,15 @@ class AsyncWorker(_core.WorkerSettings):
     def __init__(self, *args, **settings):
         super().__init__(*args, **settings)
         self._stopping: Optional[asyncio.Event] = None
+        self._drain_expired: Optional[asyncio.Event] = None
         self._wakeups: List[asyncio.Event] = []
 
     def stop(self):
-        """Drain and stop (call it in the worker's event loop, or via its signal handlers)."""
+        """Drain and stop (call it in the worker's event loop, or via its signal handlers): no new claims; the
+        batches in hand finish, their handlers within drain_timeout seconds."""
         if self._stopping is not None:
+            if not self._stopping.is_set():
+                asyncio.get_running_loop().call_later(self.drain_timeout, self._drain_expired.set)
             self._stopping.set()
             for wakeup in self._wakeups:
                 wakeup.set()
@@ -130,6 +134,7 @@ class AsyncWorker(_core.WorkerSettings):
         if not self.handlers:
             raise ValueError("the worker has no handlers")
         self._stopping = asyncio.Event()
+        self._drain_expired = asyncio.Event()
         self._wakeups = [asyncio.Event() for _ in range(self.concurrency)]
         if not self.queues:
             connection, _ = await self._connect()
@@ -227,25 +232,59 @@ class AsyncWorker(_core.WorkerSettings):
 
     async def _run_and_complete(self, connection, claims: List[Claim]):
         async with connection.transaction():
-            outcomes = []
-            for claim in claims:
-                if self._stopping.is_set():
-                    break
-                outcomes.append(await self._call(connection, claim))
-            started, unstarted = claims[:len(outcomes)], claims[len(outcomes):]
-            completed = await self._complete(connection, started, outcomes) if started else []
-            stale = [c.id for c, ok in zip(started, completed) if not ok]
+            ran, outcomes = [], []
+            next_ = 0
+            while next_ < len(claims) and not self._stopping.is_set():   # draining: the rest go back unrun
+                outcome = await self._call(connection, claims[next_])
+                if outcome == _core.ABANDONED:
+                    break   # goes back with the rest
+                if outcome != _core.OVERRAN:
+                    ran.append(claims[next_])
+                    outcomes.append(outcome)
+                next_ += 1
+            completed = await self._complete(connection, ran, outcomes) if ran else []
+            stale = [c.id for c, ok in zip(ran, completed) if not ok]
             if stale:
                 raise _core.LeaseLost(f"the leases of instances {stale} were lost")
-            await self._release(connection, unstarted, "the worker is stopping")
+            await self._release(connection, claims[next_:], "the worker is stopping")
 
-    async def _call(self, connection, claim: Claim) -> Outcome:
+    async def _call(self, connection, claim: Claim):
+        """As Worker._call: the outcome, or OVERRAN / ABANDONED, when the handler's task is cancelled."""
+        left = claim.seconds_left()
+        if left is not None and left <= 0:
+            _core.ended_early(claim, _core.OVERRAN, self.name)
+            return _core.OVERRAN
         handler = self.handlers.find(claim)
+        step_connection = _core.StepConnection(connection)
+        claim.context.connection = step_connection
+
+        async def handle():
+            outcome = handler(claim.state, claim.context)
+            return await outcome if inspect.isawaitable(outcome) else outcome
+
         try:
             async with connection.transaction():
-                outcome = handler(claim.state, claim.context)
-                if inspect.isawaitable(outcome):
-                    outcome = await outcome
+                task = asyncio.ensure_future(handle())
+                drained = asyncio.ensure_future(self._drain_expired.wait())
+                try:
+                    await asyncio.wait({task, drained}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    drained.cancel()
+                if not task.done():
+                    step_connection.end()
+                    task.cancel()   # not awaited: a handler that ignores it is left behind
+                    how = _core.ABANDONED if self._drain_expired.is_set() else _core.OVERRAN
+                    if connection.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
+                        # Its query still runs on the lane's connection: nothing can be rolled back
+                        # there until it ends.  The connection is closed (the batch rolls back; its
+                        # claims run again after their leases), the lane reconnects.
+                        await connection.close()
+                        raise psycopg.OperationalError(f"instance {claim.id} step {claim.step} {how} while its query ran")
+                    raise _core.Ended(how)
+                outcome = task.result()
+        except _core.Ended as e:
+            _core.ended_early(claim, e.how, self.name)
+            return e.how
         except Exception as e:
             log.info("instance %s step %s raised %r", claim.id, claim.step, e)
             return _core.failed_attempt(e, self.name)

@@ -20,7 +20,11 @@ attempt, its writes undone), and completes them all in that transaction
 with its outcome.  If a lease was lost meanwhile (the step was reclaimed and
 runs elsewhere), the whole batch is rolled back and its other claims
 released.  Effects outside the database are at least once: key them by
-ctx.id and ctx.attempt.
+ctx.idempotency_key (the same on every attempt of a visit of the step).
+Each handler runs in a thread of its own, which the lane stops waiting for
+at the step's deadline (its timeout: the engine ends the claim there) or at
+the drain's limit: ctx.cancelled is set, its writes are rolled back and its
+connection closed to it.
 
 One listener connection LISTENs on gd_work; a notification for one of their
 queues wakes one idle lane (waking them all would send every lane after the
@@ -31,7 +35,8 @@ direct or session-mode connection), or the worker warns once work turns up
 only on polls.  A heartbeat thread extends the leases of every claim in
 hand.  A lost connection is re-opened with backoff; its claims come back
 when their leases expire.  stop() (SIGTERM, SIGINT) drains: no new claims,
-the batches in hand finish and commit, and run() returns.  The API's
+the batches in hand finish (each handler within drain_timeout seconds) and
+commit, and run() returns.  The API's
 functions are called in the extension's schema, looked up once per
 connection, or in api_schema if given.
 """
@@ -62,11 +67,18 @@ class Worker(_core.WorkerSettings):
         self._lock = threading.Lock()
         self._idle_lanes: List[threading.Event] = []   # the wakeups of lanes waiting for work
         self._idle_lock = threading.Lock()
+        self._drain_expired = threading.Event()        # the drain's limit has passed
+        self._handlers_running: set = set()            # their done events, set at the drain's limit too
 
     # -- lifecycle -------------------------------------------------------------
 
     def stop(self, *_):
-        """Drain and stop: no new claims; the batches in hand finish.  Safe from signal handlers and threads."""
+        """Drain and stop: no new claims; the batches in hand finish, their handlers within drain_timeout
+        seconds.  Safe from signal handlers and threads."""
+        if not self._stopping.is_set():
+            timer = threading.Timer(self.drain_timeout, self._expire_drain)
+            timer.daemon = True
+            timer.start()
         self._stopping.set()
         for wakeup in self._wakeups:
             wakeup.set()
@@ -189,29 +201,76 @@ class Worker(_core.WorkerSettings):
                     self._in_hand.pop(c.id, None)
                     self._lost.discard(c.id)
 
+    def _expire_drain(self):
+        self._drain_expired.set()
+        with self._lock:
+            running = list(self._handlers_running)
+        for done in running:
+            done.set()
+
     def _run_and_complete(self, connection: psycopg.Connection, claims: List[Claim]):
         with connection.transaction():
-            outcomes = []
-            for claim in claims:
-                if self._stopping.is_set():
-                    break   # draining: the rest go back unrun, in this same transaction
-                outcomes.append(self._call(connection, claim))
-            started, unstarted = claims[:len(outcomes)], claims[len(outcomes):]
-            completed = self._complete(connection, started, outcomes) if started else []
-            stale = [c.id for c, ok in zip(started, completed) if not ok]
+            ran, outcomes = [], []
+            next_ = 0
+            while next_ < len(claims) and not self._stopping.is_set():   # draining: the rest go back unrun
+                outcome = self._call(connection, claims[next_])
+                if outcome == _core.ABANDONED:
+                    break   # goes back with the rest
+                if outcome != _core.OVERRAN:
+                    ran.append(claims[next_])
+                    outcomes.append(outcome)
+                next_ += 1
+            completed = self._complete(connection, ran, outcomes) if ran else []
+            stale = [c.id for c, ok in zip(ran, completed) if not ok]
             if stale:
                 raise _core.LeaseLost(f"the leases of instances {stale} were lost")
-            self._release(connection, unstarted, "the worker is stopping")
+            self._release(connection, claims[next_:], "the worker is stopping")
 
-    def _call(self, connection: psycopg.Connection, claim: Claim) -> Outcome:
+    def _call(self, connection: psycopg.Connection, claim: Claim):
+        """Run a claim's handler in a savepoint: its outcome (a raising handler's: a retry), or OVERRAN when
+        the step's deadline passed first, ABANDONED when the drain's limit did (its writes undone either way,
+        ctx.cancelled set, ctx.connection closed to it).  The handler runs in a thread of its own, which the
+        lane stops waiting for then."""
+        left = claim.seconds_left()
+        if left is not None and left <= 0:
+            _core.ended_early(claim, _core.OVERRAN, self.name)
+            return _core.OVERRAN
         handler = self.handlers.find(claim)
+        step_connection = _core.StepConnection(connection)
+        claim.context.connection = step_connection
         try:
             with connection.transaction():   # a savepoint: a raising handler's writes are undone
-                outcome = handler(claim.state, claim.context)
+                call = _HandlerCall(handler, claim)
+                ended = self._wait_for(call, claim)
+                if ended is not None:
+                    step_connection.end()
+                    _core.cancel_running_query(connection)
+                    raise _core.Ended(ended)
+                outcome = call.result()
+        except _core.Ended as e:
+            _core.ended_early(claim, e.how, self.name)
+            return e.how
         except Exception as e:
             log.info("instance %s step %s raised %r", claim.id, claim.step, e)
             return _core.failed_attempt(e, self.name)
         return outcome if isinstance(outcome, Outcome) else _core.not_an_outcome(outcome, self.name)
+
+    def _wait_for(self, call: "_HandlerCall", claim: Claim) -> Optional[str]:
+        """Wait for the handler to end: None when it did, else how the step ended without it."""
+        with self._lock:
+            self._handlers_running.add(call.done)
+        try:
+            while not call.finished:
+                if self._drain_expired.is_set():
+                    return _core.ABANDONED
+                left = claim.seconds_left()
+                if left is not None and left <= 0:
+                    return _core.OVERRAN
+                call.done.wait(left)
+            return None
+        finally:
+            with self._lock:
+                self._handlers_running.discard(call.done)
 
     def _complete(self, connection: psycopg.Connection, claims: List[Claim], outcomes: List[Outcome]) -> List[bool]:
         """All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt."""
@@ -307,6 +366,31 @@ class Worker(_core.WorkerSettings):
                 log.warning("worker %s: heartbeat connection lost (%s); reconnecting in %.1f s", self.name,
                             str(e).strip(), delay)
                 self._sleep(delay)
+
+
+class _HandlerCall:
+    """A handler running in a daemon thread of its own: a lane can stop waiting for it, and a process can
+    exit while it still runs."""
+
+    def __init__(self, handler, claim: Claim):
+        self.done = threading.Event()   # set when it ends (and at the drain's limit, to wake the lane)
+        self.finished = False
+        self._outcome = None
+        self._error: Optional[BaseException] = None
+        threading.Thread(target=self._run, args=(handler, claim), name=f"gd-step-{claim.id}", daemon=True).start()
+
+    def _run(self, handler, claim: Claim):
+        try:
+            self._outcome = handler(claim.state, claim.context)
+        except BaseException as e:   # handed to the lane, which makes it a failed attempt
+            self._error = e
+        self.finished = True
+        self.done.set()
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._outcome
 
 
 def run_workers(workers: Sequence[Worker]):
