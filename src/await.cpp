@@ -23,17 +23,17 @@ extern "C" {
 
 namespace {
 
-AwaitSlot *my_await_slot()
+BackendWaitSlot *my_wait_slot()
 {
     int index = gd_my_backend_index();
     if (gd_shared == nullptr || index < 0 || index >= MaxBackends)
         return nullptr;
-    return &gd_shared->await_slots[index];
+    return &gd_shared->wait_slots[index];
 }
 
 void publish_awaited(int64 instance_id)
 {
-    AwaitSlot *slot = my_await_slot();
+    BackendWaitSlot *slot = my_wait_slot();
     if (slot == nullptr)
         return;
     slot->database_oid = MyDatabaseId;
@@ -48,7 +48,7 @@ void publish_awaited(int64 instance_id)
 void clear_at_transaction_end(XactEvent event, void *)
 {
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT) {
-        AwaitSlot *slot = my_await_slot();
+        BackendWaitSlot *slot = my_wait_slot();
         if (slot != nullptr && pg_atomic_read_u64(&slot->instance_id) != 0)
             publish_awaited(0);
     }

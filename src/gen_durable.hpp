@@ -90,9 +90,11 @@ struct WorkerSlot {
     pg_atomic_uint32 in_flight;     /* steps of the round it runs now */
 };
 
-/* A backend blocked in gd_await, indexed by gd_my_backend_index(). */
-struct AwaitSlot {
-    pg_atomic_uint64 instance_id; /* 0 when not waiting */
+/* A backend blocked in gd_await or in gd_claim's wait, indexed by gd_my_backend_index(). */
+struct BackendWaitSlot {
+    pg_atomic_uint64 instance_id;   /* gd_await: the instance awaited; 0 when not waiting */
+    pg_atomic_uint32 claim_waiting; /* gd_claim: 1 while it waits for work of claim_queue */
+    char claim_queue[NAMEDATALEN];
     Oid database_oid;
     PGPROC *proc;
 };
@@ -104,10 +106,12 @@ struct GdShared {
     pg_atomic_uint32 restart_now;   /* set by CREATE EXTENSION: skip restart back-offs */
     WorkerSlot workers[GD_MAX_WORKERS];
     pg_atomic_uint32 awaiting_backends;
+    pg_atomic_uint32 claiming_backends; /* waiting in gd_claim */
+    pg_atomic_uint32 work_listeners;    /* sessions that ran LISTEN gd_work (and not UNLISTEN) */
     pg_atomic_uint32 worker_deaths; /* bumped by the launcher when a worker it planned stopped */
     GdStats stats;
     QueueFrontier frontiers[GD_MAX_FRONTIERS]; /* entries claimed under lock, each guarded by its own mutex */
-    AwaitSlot await_slots[FLEXIBLE_ARRAY_MEMBER]; /* MaxBackends entries */
+    BackendWaitSlot wait_slots[FLEXIBLE_ARRAY_MEMBER]; /* MaxBackends entries */
 };
 
 extern GdShared *gd_shared;
@@ -146,6 +150,10 @@ void gd_wake_awaiters_at_commit(int64 instance_id);
 void gd_wake_reaper_at_commit();
 void gd_register_xact_callback();
 void gd_register_await_cleanup(); /* await.cpp */
+/* Wake the backends waiting in gd_claim for work of this queue (claim_wait.cpp; at commit, from notify.cpp). */
+void gd_wake_claimers(const char *queue);
+/* The session ran LISTEN, UNLISTEN or DISCARD (notify.cpp: NOTIFY gd_work only while someone listens). */
+void gd_note_listening(const Node *statement);
 
 /* ---- outcomes (outcomes.cpp) -------------------------------------------- */
 

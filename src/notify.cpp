@@ -1,6 +1,8 @@
 /*
- * notify.cpp — NOTIFY gd_work, '<queue>' for external workers, at the commit
- * of whatever makes external work runnable now.
+ * notify.cpp — telling external workers of work, at the commit of whatever
+ * makes external work runnable now: the claims waiting in the server for
+ * the queue are woken (claim_wait.cpp), and NOTIFY gd_work, '<queue>' is
+ * sent while some session listens.
  *
  * Row triggers on gd._instances (and gd._queues, for a resumed queue) record
  * the queue and when the work becomes eligible (and announce the row's key to
@@ -12,7 +14,10 @@
  * comes due (gd._announce_due_external).
  *
  * NOTIFY takes a cluster-wide lock at commit, so a queue is notified at most
- * once per transaction, and only when it has external work.  What a rolled
+ * once per transaction, only when it has external work, and only while some
+ * session of the cluster has run LISTEN gd_work (and not UNLISTEN or
+ * DISCARD ALL since; the utility hook tells us, gd_note_listening): workers
+ * that wait in gd_claim keep it off every commit.  What a rolled
  * back subtransaction recorded is forgotten; an aborted or prepared
  * transaction notifies nothing (a prepared one's work is found by the
  * workers' poll).  Executors are never woken this way (see wakeup.cpp).
@@ -26,6 +31,8 @@ extern "C" {
 #include "commands/async.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
+#include "nodes/parsenodes.h"
+#include "storage/ipc.h"
 #include "utils/builtins.h"
 #include "utils/rel.h"
 }
@@ -45,14 +52,25 @@ struct PendingNotify {
 
 /* Backend-local, cleared at the end of every transaction. */
 boost::container::small_vector<PendingNotify, 4> pending;
+/* The queues whose waiting claims are woken once the commit is visible. */
+boost::container::small_vector<PendingNotify, 4> due;
 bool callbacks_registered = false;
+
+/* This session has run LISTEN gd_work (counted in gd_shared->work_listeners). */
+bool listening = false;
 
 void send_due_notifications()
 {
     TimestampTz now = GetCurrentTimestamp();
+    bool someone_listens = gd_shared == nullptr || pg_atomic_read_u32(&gd_shared->work_listeners) > 0;
     for (const PendingNotify &p : pending)
-        if (p.eligible_at <= now)
-            Async_Notify(CHANNEL, p.queue);
+        if (p.eligible_at <= now) {
+            if (someone_listens) {
+                Async_Notify(CHANNEL, p.queue);
+                gd_count(StatEvent::work_notified);
+            }
+            gd::cpp_entry([&] { due.push_back(p); });
+        }
 }
 
 void on_transaction_end(XactEvent event, void *)
@@ -64,14 +82,43 @@ void on_transaction_end(XactEvent event, void *)
         pending.clear();
         break;
     case XACT_EVENT_COMMIT:
+        for (const PendingNotify &p : due)
+            gd_wake_claimers(p.queue);
+        due.clear();
+        pending.clear();
+        break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PREPARE:
     case XACT_EVENT_PRE_PREPARE:
+        due.clear();
         pending.clear();
         break;
     default:
         break;
     }
+}
+
+void stop_listening(int, Datum)
+{
+    if (listening && gd_shared != nullptr)
+        pg_atomic_fetch_sub_u32(&gd_shared->work_listeners, 1);
+    listening = false;
+}
+
+void note_listening(bool now_listening)
+{
+    if (gd_shared == nullptr || now_listening == listening)
+        return;
+    static bool exit_callback_registered = false;
+    if (!exit_callback_registered) {
+        before_shmem_exit(stop_listening, 0);
+        exit_callback_registered = true;
+    }
+    if (now_listening)
+        pg_atomic_fetch_add_u32(&gd_shared->work_listeners, 1);
+    else
+        pg_atomic_fetch_sub_u32(&gd_shared->work_listeners, 1);
+    listening = now_listening;
 }
 
 /* A subtransaction's entries die with it, or pass to its parent. */
@@ -135,6 +182,22 @@ Datum column_value(TriggerData *trigger, HeapTuple tuple, const char *column)
 }
 
 } // namespace
+
+void gd_note_listening(const Node *statement)
+{
+    /* (A LISTEN its transaction rolls back is counted too: a NOTIFY no one hears.) */
+    if (IsA(statement, ListenStmt)) {
+        if (strcmp(reinterpret_cast<const ListenStmt *>(statement)->conditionname, CHANNEL) == 0)
+            note_listening(true);
+    } else if (IsA(statement, UnlistenStmt)) {
+        const char *channel = reinterpret_cast<const UnlistenStmt *>(statement)->conditionname;
+        if (channel == nullptr || strcmp(channel, CHANNEL) == 0)
+            note_listening(false);
+    } else if (IsA(statement, DiscardStmt)) {
+        if (reinterpret_cast<const DiscardStmt *>(statement)->target == DISCARD_ALL)
+            note_listening(false);
+    }
+}
 
 void gd_notify_external_at_commit(const char *queue)
 {

@@ -80,17 +80,17 @@ namespace {
 /* The frontier's marks, one row per priority: ($3[k], $4[k], $5[k]). */
 #define MARKS "unnest($3::int4[], $4::timestamptz[], $5::int8[]) AS p(priority, eligible_at, id)"
 
-/* Lock up to $2 due rows of `rows` (and `also`), best first, from each
+/* Lock up to $2 rows of `rows` (and `also`) due by `due`, best first, from each
  * priority's mark on.  Taking each priority's due rows on their own lets a
  * scan stop at the priority's first future row: across priorities, the
  * future rows of one lie before the due rows of the next.  The nested loop
  * over ascending priorities yields rows in order, and the outer LIMIT stops
  * it (and the locking) as soon as it has enough.  A paused queue yields
  * nothing. */
-#define DUE_ROWS(rows, also)                                                                                   \
+#define DUE_ROWS(rows, also, due)                                                                              \
     "SELECT r.* FROM " MARKS " CROSS JOIN LATERAL ("                                                           \
     "  SELECT " GD_INSTANCE_COLUMNS " FROM gd._instances i"                          \
-    "   WHERE " rows " AND i.priority = p.priority AND i.eligible_at <= now()"                                  \
+    "   WHERE " rows " AND i.priority = p.priority AND i.eligible_at <= " due                                   \
     "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)" also                                              \
     "   ORDER BY i.eligible_at, i.id"                                                                          \
     "   LIMIT $2"                                                                                              \
@@ -207,7 +207,7 @@ int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext int
     static SPIPlanPtr pick_plan = nullptr;
     if (pick_plan == nullptr) {
         Oid types[5] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID};
-        pick_plan = gd_prepare_kept(DUE_ROWS(PICKABLE, ""), 5, types);
+        pick_plan = gd_prepare_kept(DUE_ROWS(PICKABLE, "", "now()"), 5, types);
     }
     FrontierView view = frontier_to_pick(queue, false);
     Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0};
@@ -239,15 +239,17 @@ int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance 
 {
     static SPIPlanPtr claim_plan = nullptr;
     if (claim_plan == nullptr) {
-        Oid types[6] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID};
-        claim_plan = gd_prepare_kept(DUE_ROWS(CLAIMABLE, " AND ($6::text[] IS NULL OR i.fsm = ANY ($6))"), 6, types);
+        Oid types[7] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID};
+        /* Due by the clock ($7), not by the transaction's start: a claim that waits picks again later in it. */
+        claim_plan = gd_prepare_kept(DUE_ROWS(CLAIMABLE, " AND ($6::text[] IS NULL OR i.fsm = ANY ($6))", "$7"), 7, types);
     }
     /* A worker that may claim only some FSMs' steps passes the others' rows by: the frontier of
      * those FSMs is its own (a grant changes the set, and so the frontier). */
     FrontierView view = frontier_to_pick(queue, true, usable == 0 ? 0 : fsms_scope(usable));
-    Datum args[6] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0, usable};
+    Datum args[7] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0, usable,
+                     TimestampTzGetDatum(GetCurrentTimestamp())};
     marks_arguments(view, args + 2);
-    const char nulls[6] = {' ', ' ', ' ', ' ', ' ', usable == 0 ? 'n' : ' '};
+    const char nulls[7] = {' ', ' ', ' ', ' ', ' ', usable == 0 ? 'n' : ' ', ' '};
     int count = take_locked_rows(gd_execute_kept(claim_plan, args, nulls, false, 0), out, into, queue);
     account_for_pick(view, queue, true, out, count);
     return count;

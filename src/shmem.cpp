@@ -1,11 +1,12 @@
 /*
  * shmem.cpp — the extension's shared memory: the worker slot table the
- * launcher plans into and workers report through, the await slots that
- * let executors wake backends blocked in gd_await, and the segment of the
+ * launcher plans into and workers report through, the backends' wait slots
+ * that let a commit wake backends blocked in gd_await or in gd_claim's wait,
+ * and the segment of the
  * labelled counters (labelled_stats.cpp, with its own locks).
  *
  * Locking: GdShared::lock (one named LWLock tranche) protects worker slot
- * allocation and the non-atomic slot fields.  Activity fields and await slots
+ * allocation and the non-atomic slot fields.  Activity fields and wait slots
  * are atomics, read without the lock; a stale read only costs a spurious
  * latch wake-up, which every waiter tolerates.
  */
@@ -27,7 +28,7 @@ shmem_startup_hook_type previous_shmem_startup_hook = nullptr;
 
 Size shared_size()
 {
-    return add_size(offsetof(GdShared, await_slots), mul_size(MaxBackends, sizeof(AwaitSlot)));
+    return add_size(offsetof(GdShared, wait_slots), mul_size(MaxBackends, sizeof(BackendWaitSlot)));
 }
 
 void request_shmem()
@@ -62,12 +63,17 @@ void startup_shmem()
             pg_atomic_init_u32(&slot.in_flight, 0);
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
+        pg_atomic_init_u32(&gd_shared->claiming_backends, 0);
+        pg_atomic_init_u32(&gd_shared->work_listeners, 0);
         pg_atomic_init_u32(&gd_shared->worker_deaths, 0);
         pg_atomic_init_u32(&gd_shared->restart_now, 0);
         gd_stats_init(&gd_shared->stats);
         gd_frontiers_init(gd_shared->frontiers);
         for (int i = 0; i < MaxBackends; i++)
-            pg_atomic_init_u64(&gd_shared->await_slots[i].instance_id, 0);
+        {
+            pg_atomic_init_u64(&gd_shared->wait_slots[i].instance_id, 0);
+            pg_atomic_init_u32(&gd_shared->wait_slots[i].claim_waiting, 0);
+        }
     }
     void *labelled = ShmemInitStruct("gen_durable labelled stats", gd_labelled_stats_size(), &found);
     gd_labelled_stats_attach(labelled, GetNamedLWLockTranche("gen_durable labelled stats"), !found);

@@ -23,7 +23,8 @@ const char *const event_names[GD_STAT_EVENTS] = {
     "step_next", "step_retry", "step_await", "step_spawn", "step_done", "step_stop",
     "pick", "pick_rows", "pick_demand", "reaped", "await_timeout", "gc_swept", "outcome_stale",
     "rate_limit_throttled", "rate_limit_contended", "concurrency_throttled", "concurrency_contended",
-    "reclaimed", "drained", "concurrency_repaired", "labels_overflowed"};
+    "reclaimed", "drained", "concurrency_repaired", "labels_overflowed",
+    "work_notified"};
 
 GdStats *stats()
 {

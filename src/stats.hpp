@@ -13,7 +13,7 @@ enum class StatEvent : int {
     step_next, step_retry, step_await, step_spawn, step_done, step_stop,
     pick, pick_rows, pick_demand, reaped, await_timeout, gc_swept, outcome_stale,
     rate_limit_throttled, rate_limit_contended, concurrency_throttled, concurrency_contended,
-    reclaimed, drained, concurrency_repaired, labels_overflowed,
+    reclaimed, drained, concurrency_repaired, labels_overflowed, work_notified,
     count_ /* number of events */
 };
 constexpr int GD_STAT_EVENTS = static_cast<int>(StatEvent::count_);

@@ -8,6 +8,8 @@
  *     other round back for as long as the step runs.
  *   - CREATE EXTENSION gen_durable over an existing schema gd, which the
  *     extension would have to own, is refused with a message that says so.
+ * It also tells notify.cpp who listens on gd_work (LISTEN, UNLISTEN,
+ * DISCARD ALL), so commits send NOTIFY only while someone does.
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
@@ -74,6 +76,8 @@ void check_utility(const PlannedStmt *statement)
         refuse_drop_by_non_owner(reinterpret_cast<const DropStmt *>(parsed));
     else if (IsA(parsed, CreateExtensionStmt))
         refuse_create_over_schema_gd(reinterpret_cast<const CreateExtensionStmt *>(parsed));
+    else
+        gd_note_listening(parsed);
 }
 
 void gd_process_utility(PlannedStmt *statement, const char *query, bool read_only_tree,

@@ -83,7 +83,7 @@ void wake_awaiters()
     if (pg_atomic_read_u32(&gd_shared->awaiting_backends) == 0)
         return;
     for (int i = 0; i < MaxBackends; i++) {
-        AwaitSlot &slot = gd_shared->await_slots[i];
+        BackendWaitSlot &slot = gd_shared->wait_slots[i];
         int64 awaited = static_cast<int64>(pg_atomic_read_u64(&slot.instance_id));
         if (awaited == 0 || slot.database_oid != MyDatabaseId)
             continue;

@@ -97,13 +97,15 @@ END $$;
 -- caller commits.  A paused queue yields nothing.  `fsms`: only steps of
 -- these FSMs, those the caller may use (a worker names those it has
 -- handlers for; one not defined yet holds nothing back); without it, those
--- of the caller's own FSMs and of the grants it accepted.
+-- of the caller's own FSMs and of the grants it accepted.  `wait`: when
+-- there is nothing to claim, wait up to that long for work of the queue to
+-- commit (src/claim_wait.cpp), and claim it.
 CREATE OR REPLACE FUNCTION @extschema@.gd_claim(queue text, worker text, max int DEFAULT 1, lease interval DEFAULT NULL,
-                                                fsms text[] DEFAULT NULL)
+                                                fsms text[] DEFAULT NULL, wait interval DEFAULT NULL)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE OR REPLACE FUNCTION gd._claim(queue text, worker text, max int, lease interval, fsms text[])
+CREATE OR REPLACE FUNCTION gd._claim(queue text, worker text, max int, lease interval, fsms text[], wait interval)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx gd.context, lease_token bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -113,6 +115,8 @@ DECLARE
     claim_max int := _claim.max;
     lease_length interval := gd._check_lease(coalesce(_claim.lease, gd._default_lease()), 'lease');
     usable text[];   -- the FSMs claimed from; NULL: all (a superuser's claim without fsms)
+    wait_until timestamptz;
+    wait_ms int;
 BEGIN
     PERFORM gd._known_queue(claim_queue);
     IF claim_worker IS NULL OR claim_worker = '' THEN
@@ -130,8 +134,45 @@ BEGIN
     ELSIF gd._own_roles(caller) IS NOT NULL THEN
         usable := gd._implicit_fsms(gd._own_roles(caller));
     END IF;
-    RETURN QUERY SELECT * FROM gd._claim_steps(claim_queue, claim_worker, claim_max, lease_length, usable);
+    IF _claim.wait IS NULL OR _claim.wait = interval '0' THEN
+        RETURN QUERY SELECT * FROM gd._claim_steps(claim_queue, claim_worker, claim_max, lease_length, usable);
+        RETURN;
+    END IF;
+    IF _claim.wait < interval '0' OR _claim.wait > interval '1 hour' THEN
+        PERFORM gd._bad_argument(format('wait must be between 0 and 1 hour, got %s', _claim.wait));
+    END IF;
+    wait_until := clock_timestamp() + _claim.wait;
+    LOOP
+        -- Published before the pick: work committed after it wakes the sleep below.
+        PERFORM gd._claim_wait_publish(claim_queue);
+        RETURN QUERY SELECT * FROM gd._claim_steps(claim_queue, claim_worker, claim_max, lease_length, usable);
+        EXIT WHEN FOUND;
+        IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
+                MESSAGE = 'gen_durable: gd_claim cannot wait in a transaction that has written',
+                DETAIL = 'It would hold that transaction''s locks while it waits.',
+                HINT = 'Claim with wait in a transaction of its own (or without wait).';
+        END IF;
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
+                MESSAGE = 'gen_durable: gd_claim cannot wait in a ' || current_setting('transaction_isolation')
+                          || ' transaction',
+                DETAIL = 'Its snapshot would never see the work that commits while it waits.',
+                HINT = 'Claim with wait in a read committed transaction (or without wait).';
+        END IF;
+        wait_ms := ceil(extract(epoch FROM wait_until - clock_timestamp()) * 1000)::int;
+        EXIT WHEN wait_ms <= 0;
+        PERFORM gd._claim_wait_sleep(wait_ms);
+    END LOOP;
+    PERFORM gd._claim_wait_publish(NULL);
 END $$;
+
+-- The waiting claim's halves (src/claim_wait.cpp): be woken by work of the
+-- queue (NULL: no longer), and sleep until woken or for `milliseconds`.
+CREATE OR REPLACE FUNCTION gd._claim_wait_publish(queue text) RETURNS void
+    LANGUAGE c AS 'MODULE_PATHNAME', 'gd_claim_wait_publish';
+CREATE OR REPLACE FUNCTION gd._claim_wait_sleep(milliseconds int) RETURNS void
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_claim_wait_sleep';
 
 -- The claim itself (src/claims.cpp): picked as the executors pick, under the
 -- same rate limits, leased.

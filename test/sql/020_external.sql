@@ -316,3 +316,33 @@ SELECT gd_insert('idem', '{}', step => 'pay') AS no_timeout_id \gset
 SELECT (ctx).deadline IS NULL AS no_deadline FROM gd_claim('claims', 'w1', 1, fsms => '{idem}') WHERE id = :no_timeout_id;
 UPDATE gd._instances SET status = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
  WHERE fsm IN ('idem', 'slow') AND status IN ('runnable', 'executing');
+
+-- gd_claim(wait => ...): with nothing to claim it waits in the server up to
+-- that long, then returns nothing (woken at the commit of new work: TAP
+-- 020_external_worker, 049_poolers).  It refuses to wait where it could not
+-- see new work, or would hold a writing transaction's locks.
+SELECT count(*) AS claimed, clock_timestamp() - statement_timestamp() >= interval '50 milliseconds' AS waited
+  FROM gd_claim('claims', 'w1', 1, wait => '50 milliseconds', fsms => '{idem}');
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w1', 1, wait => '-1 second')$$);
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w1', 1, wait => '2 hours')$$);
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w1', 1, wait => '1 second', fsms => '{idem}')$$);
+ROLLBACK;
+BEGIN;
+CREATE TEMP TABLE written (n int);
+SELECT t.try($$SELECT * FROM gd_claim('claims', 'w1', 1, wait => '1 second', fsms => '{idem}')$$);
+ROLLBACK;
+
+-- NOTIFY gd_work is sent only while some session listens on it.
+SELECT count AS notified_before FROM gd.stats WHERE event = 'work_notified' \gset
+SELECT gd_insert('idem', '{}', step => 'pay') > 0 AS inserted;
+SELECT count - :notified_before AS notified_unheard FROM gd.stats WHERE event = 'work_notified';
+LISTEN gd_work;
+\o /dev/null
+SELECT gd_insert('idem', '{}', step => 'pay') > 0 AS inserted;   -- (and the notification, which names a pid)
+\o
+SELECT count - :notified_before AS notified_while_listening FROM gd.stats WHERE event = 'work_notified';
+UNLISTEN *;
+SELECT gd_insert('idem', '{}', step => 'pay') > 0 AS inserted;
+SELECT count - :notified_before AS notified_after_unlisten FROM gd.stats WHERE event = 'work_notified';
+UPDATE gd._instances SET status = 'cancelled' WHERE fsm = 'idem' AND status = 'runnable';

@@ -1,7 +1,8 @@
 # The Python client's external worker (clients/python) against an FSM that
 # mixes in-database and external steps:
 #   prepare (SQL) -> ext (external, Python) -> finish (SQL)
-# - a LISTENing worker is woken by NOTIFY, not by its (30 s) poll;
+# - an idle worker, its claim waiting in the server, is woken at the commit
+#   of new work, not at the end of its (30 s) wait;
 # - SIGKILL mid-step: the claim stays until its lease expires, the reaper
 #   reclaims it, another worker runs the step again, and every instance
 #   finishes exactly once (the dead worker's attempt is counted, its outcome
@@ -79,14 +80,15 @@ sub start_worker
 		[
 			@worker_command, '--dsn', $node->connstr('postgres'),
 			'--queue', 'default', '--handlers', $handlers, '--name', $name,
-			'--batch', $batch, '--lease', $lease, '--poll', '30', '--verbose'
+			'--batch', $batch, '--lease', $lease, '--wait', '30', '--verbose'
 		],
 		'>', \$out, '2>', \$err);
 	$output{$name} = \$err;
 	my $pid = $h->{KIDS}[0]{PID};
 	ok($node->poll_query_until('postgres', qq{
-SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'gd worker $name' AND query = 'LISTEN gd_work'}),
-		"worker $name is listening");
+SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'gd worker $name' AND state = 'active'
+   AND query LIKE '%gd_claim%'}),
+		"worker $name: its claim waits in the server");
 	return ($h, $pid);
 }
 
@@ -128,14 +130,14 @@ SELECT count(*) FROM (SELECT instance, step FROM ledger WHERE instance IN ($ids)
 }
 
 # ---------------------------------------------------------------------------
-# NOTIFY: an idle worker (polling every 30 s) picks up new work at once.
+# An idle worker (its claim waiting up to 30 s) picks up new work at once.
 # ---------------------------------------------------------------------------
 my ($wa, $a_pid) = start_worker('A', 1);
 my $t0 = time();
 my $ids = insert_instances(1, q{'{"sleep": 0}'});
 all_done($ids, 'notify');
 my $elapsed = time() - $t0;
-cmp_ok($elapsed, '<', 10, sprintf('notify: done in %.2fs, well before the 30 s poll', $elapsed));
+cmp_ok($elapsed, '<', 10, sprintf('notify: done in %.2fs, well before its 30 s wait ends', $elapsed));
 ledger_exactly_once($ids, 2, 'notify');
 
 # ---------------------------------------------------------------------------
@@ -220,7 +222,7 @@ $ids = insert_instances(1, q{'{"sleep": 0}', step => 'ext', schedule_in => '1 se
 all_done($ids, 'scheduled');
 $elapsed = time() - $t0;
 ok($elapsed >= 1 && $elapsed < 10,
-	sprintf('scheduled: done %.2fs after insert (due after 1 s; poll is 30 s)', $elapsed));
+	sprintf('scheduled: done %.2fs after insert (due after 1 s; the wait is 30 s)', $elapsed));
 
 $wd->signal('TERM');
 $wd->finish;

@@ -162,7 +162,7 @@ sub start_worker
 		open(STDERR, '>&', \*STDOUT) or POSIX::_exit(127);
 		exec(@worker_command, '--dsn', $node->connstr('postgres'),
 			'--queue', 'default', '--handlers', $handlers, '--name', $name,
-			'--batch', 10, '--lease', $lease, '--poll', 1)
+			'--batch', 10, '--lease', $lease, '--wait', 1)
 		  or POSIX::_exit(127);
 	}
 	$slot[$i] = { pid => $pid, name => $name, gen => $gen, started => time(), alive => 1 };

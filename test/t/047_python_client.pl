@@ -39,7 +39,7 @@ like($err, qr/^OK$/m, 'the Python suite passed') or diag $err;
 # The example of the README (examples/shop.sql, examples/shop_handlers.py), with the installed worker.
 is( GdTest::run_shop_example(
 		$node, "$venv/bin/python", '-m', 'gen_durable', 'worker', '--dsn', $node->connstr('postgres'),
-		'--handlers', GdTest::project_file("examples/shop_handlers.py"), '--poll', 1),
+		'--handlers', GdTest::project_file("examples/shop_handlers.py"), '--wait', 1),
 	qq{done {"paid": 5}\ndone {"paid": 7}\nfailed stop\nreceipts 2},
 	'the shop example: two orders paid (one on its second attempt), one stopped');
 

@@ -2,11 +2,10 @@
 # server connections for many clients, so consecutive transactions of one
 # client land on different server connections):
 # - the API from psql, the Python client and the Node.js client;
-# - the Python and Node.js workers with LISTEN on a direct connection
-#   (listen_conninfo / listenConfig): woken by NOTIFY, not by their 30 s poll;
-# - the Python worker with nothing but the pooler: it says LISTEN may hear
-#   nothing there, finds the work by polling, and warns once polls keep
-#   finding work no notification announced.
+# - the Python and Node.js workers with nothing but the pooler: their claims
+#   wait in the server (gd_claim(wait => 30 s)), are woken at the commit of
+#   new work, not at the end of the wait, and are cancelled at SIGTERM; no
+#   NOTIFY is sent (no session listens).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -46,7 +45,8 @@ SELECT gd_define_fsm('pooled', 'reserve', queue => 'default', steps => $${
 }$$);
 });
 
-# PgBouncer in front of the node.
+# PgBouncer in front of the node: a pool of four server connections (a
+# waiting claim holds one while it waits: two lanes, and room for the rest).
 my $dir = $node->basedir . '/pgbouncer';
 mkdir $dir or die "mkdir $dir: $!";
 my $port = PostgreSQL::Test::Cluster::get_free_port();
@@ -58,13 +58,11 @@ PostgreSQL::Test::Utils::append_to_file("$dir/pgbouncer.ini", join("\n",
 	'[pgbouncer]',
 	'listen_addr = 127.0.0.1', "listen_port = $port", "unix_socket_dir = $dir",
 	'auth_type = trust', "auth_file = $dir/userlist.txt",
-	'pool_mode = transaction', 'default_pool_size = 2', 'max_client_conn = 100',
+	'pool_mode = transaction', 'default_pool_size = 4', 'max_client_conn = 100',
 	"logfile = $dir/pgbouncer.log", "pidfile = $dir/pgbouncer.pid", ''));
 my $bouncer = IPC::Run::start([ $pgbouncer, "$dir/pgbouncer.ini" ], '>', \my $bouncer_out, '2>', \my $bouncer_err);
 my $pooled = "host=127.0.0.1 port=$port dbname=postgres user=$user";
-my $direct = $node->connstr('postgres');
 my $pooled_url = "postgresql://$user\@127.0.0.1:$port/postgres";
-my $direct_url = 'postgresql://' . ($node->host =~ s{/}{%2F}gr) . ':' . $node->port . "/postgres";
 my $through = sub { run_command(['psql', '-X', '-A', '-t', '-v', 'ON_ERROR_STOP=1', '-d', $pooled, '-c', shift]) };
 for (my $tries = 0; $tries < 100 && ($through->('SELECT 1'))[0] !~ /^1$/m; $tries++)
 {
@@ -132,7 +130,7 @@ my $js_worker = $node->basedir . '/pooled_worker.js';
 PostgreSQL::Test::Utils::append_to_file($js_worker, q{
 const { Worker, nextStep } = require(process.env.GD_NODE_CLIENT);
 const worker = new Worker(process.argv[2], {
-  queues: ['pay'], poll: 30, concurrency: 2, listenConfig: process.argv[3], name: 'js',
+  queues: ['pay'], wait: 30, concurrency: 2, name: 'js',
   handlers: {
     'pooled/charge': async (state, ctx) => {
       await ctx.connection.query("INSERT INTO charges VALUES ($1, 'node')", [ctx.id]);
@@ -159,60 +157,40 @@ sub all_charged
 		"$label: all $n orders charged and done");
 }
 
-# Start a worker and wait until it listens on a direct connection; returns its IPC::Run handle and stderr.
+# Start a worker and wait until both its lanes' claims wait in the server; returns its IPC::Run handle and stderr.
 sub start_worker
 {
 	my ($name, @command) = @_;
 	my $stderr = '';
 	my $h = IPC::Run::start(\@command, '>', \my $stdout, '2>', \$stderr);
 	ok($node->poll_query_until('postgres',
-			"SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'gd worker $name' AND query = 'LISTEN gd_work'"),
-		"worker $name is listening");
+			"SELECT count(*) = 2 FROM pg_stat_activity WHERE application_name = 'gd worker $name'"
+			  . " AND state = 'active' AND query LIKE '%gd_claim%'"),
+		"worker $name: its two lanes' claims wait in the server");
 	return ($h, \$stderr);
 }
 
-# Pump a running worker's output until its stderr matches.
-sub stderr_says
-{
-	my ($h, $stderr, $pattern) = @_;
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	$h->pump_nb, usleep(50_000) while $$stderr !~ $pattern && time() < $deadline;
-	return $$stderr =~ $pattern;
-}
-
+my $notified = q{SELECT count FROM gd.stats WHERE event = 'work_notified'};
+my $notified_before = $node->safe_psql('postgres', $notified);
 for my $worker (
-	[ 'python', @python_worker, '--dsn', $pooled, '--listen-dsn', $direct, '--queue', 'pay', '--poll', 30,
-		'--concurrency', 2, '--handlers', $handlers, '--name', 'python' ],
-	[ 'js', 'node', $js_worker, $pooled_url, $direct_url ])
+	[ 'python', @python_worker, '--dsn', $pooled, '--queue', 'pay', '--wait', 30, '--concurrency', 2,
+		'--handlers', $handlers, '--name', 'python' ],
+	[ 'js', 'node', $js_worker, $pooled_url ])
 {
 	my ($name, @command) = @$worker;
 	local $ENV{GD_NODE_CLIENT} = $node_client;
 	my ($h, $stderr) = start_worker($name, @command);
 	my $t0 = time();
-	all_charged(orders(10), "$name worker, LISTEN direct");
+	all_charged(orders(10), "$name worker through the pooler");
 	my $elapsed = time() - $t0;
-	cmp_ok($elapsed, '<', 15, sprintf('%s: woken by NOTIFY (%.1f s; the poll is 30 s)', $name, $elapsed));
+	cmp_ok($elapsed, '<', 15, sprintf('%s: woken by the commits (%.1f s; the wait is 30 s)', $name, $elapsed));
+	$t0 = time();
 	$h->signal('TERM');
 	$h->finish;
 	is($h->result(0), 0, "$name worker drains and exits 0") or diag $$stderr;
+	cmp_ok(time() - $t0, '<', 10, "$name: SIGTERM cancels the waiting claims (the wait is 30 s)");
 }
-
-# Nothing but the pooler: the Python worker says LISTEN may hear nothing
-# there, finds the work on its polls, and warns when only polls find it.
-my $alone_err = '';
-my $h = IPC::Run::start([ @python_worker, '--dsn', $pooled, '--queue', 'pay', '--poll', 0.5, '--handlers', $handlers,
-		'--name', 'alone' ], '>', \my $alone_out, '2>', \$alone_err);
-my $stderr = \$alone_err;
-ok(stderr_says($h, $stderr, qr/goes through a pooler.*give listen_conninfo/), 'alone: it says LISTEN may hear nothing there')
-  or diag $$stderr;
-for my $round (1 .. 4)
-{
-	all_charged(orders(2), "alone, round $round");
-}
-$h->signal('TERM');
-$h->finish;
-like($$stderr, qr/polls keep finding work and LISTEN has heard no notification/, 'alone: and warns once polls find the work');
-is(() = $$stderr =~ /polls keep finding work/g, 1, 'alone: once');
+is($node->safe_psql('postgres', $notified), $notified_before, 'no NOTIFY sent: no session listens');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM charges'),
 	$node->safe_psql('postgres', "SELECT count(*) FROM gd.instances WHERE state ? 'charged'"),
 	'every charge written once, with its outcome');

@@ -271,8 +271,8 @@ is(routed_as('bob', q{SELECT gd_accept_grant('report', 'bob')}), 't', 'bob accep
 is(join(',', map { on_partition($_, q{SELECT count(*) FROM alice.ran}) + on_partition($_, q{SELECT count(*) FROM bob.ran}) }
 		0 .. 3), '0,0,0,0', 'none of mallory\'s functions ran through the router');
 
-# External workers: one process serving every partition (a connection and a
-# listener in each database: NOTIFY does not leave its database).
+# External workers: one process serving every partition (lanes in each
+# database: a claim waits for the work of its own database).
 routed(q{SELECT gd_define_fsm('label', initial => 'print', steps => '{"print": {}}')});
 my $handlers = $router->basedir . '/label_handlers.py';
 PostgreSQL::Test::Utils::append_to_file($handlers, q{
@@ -286,7 +286,7 @@ HANDLERS = {("label", "print"): print_label}
 });
 local $ENV{PYTHONPATH} = GdTest::project_file("clients/python");
 my $worker = IPC::Run::start(
-	[ '/usr/bin/python3', '-m', 'gen_durable', 'worker', '--handlers', $handlers, '--poll', '30',
+	[ '/usr/bin/python3', '-m', 'gen_durable', 'worker', '--handlers', $handlers, '--wait', '30',
 	  map { ('--dsn', $shards{ $shard_of{$_} }->connstr("p$_")) } 0 .. $partitions - 1 ],
 	'>', \my $worker_out, '2>', \my $worker_err);
 my @labels = split /\n/, routed(q{

@@ -84,7 +84,7 @@ ok(!$node->log_contains(qr/terminated by signal|server process .* was terminated
 	print $file qq{from gen_durable import done\nHANDLERS = {("outer", "work"): lambda state, ctx: done({})}\n};
 	close $file;
 	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start([ @worker, '--dsn', $node->connstr('postgres'), '--handlers', $handlers, '--poll', '0.5' ],
+	my $h = IPC::Run::start([ @worker, '--dsn', $node->connstr('postgres'), '--handlers', $handlers, '--wait', '0.5' ],
 		'>', \$out, '2>', \$err);
 	my $deadline = time() + 20;
 	$h->pump_nb, usleep(200_000) while $out . $err !~ /shared_preload_libraries/ && time() < $deadline;

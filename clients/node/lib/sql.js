@@ -37,7 +37,7 @@ function apiStatements(api) {
                    pg_catalog.date_part('epoch', (pg_catalog.to_jsonb(c.ctx) OPERATOR(pg_catalog.->>) 'deadline')::pg_catalog.timestamptz
                                                  OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
                      AS "secondsLeft"
-              FROM ${api}.gd_claim($1, $2, $3, $4::interval, fsms => $5::text[]) c`,
+              FROM ${api}.gd_claim($1, $2, $3, $4::interval, fsms => $5::text[], wait => $6::interval) c`,
     // One completion statement for a batch: gd_outcome turns each JSON outcome into a gd.outcome.
     completeAll: `SELECT id, completed FROM ${api}.gd_complete_all($1::bigint[], $2::bigint[],
                     ARRAY(SELECT ${api}.gd_outcome(o) FROM pg_catalog.unnest($3::jsonb[]) WITH ORDINALITY AS u(o, n)

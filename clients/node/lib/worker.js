@@ -13,11 +13,11 @@
  *    step's outcome, exactly once; a raising handler is a failed attempt,
  *    its writes undone; a lost lease rolls the whole batch back and its
  *    other claims are released;
- *  - one listener connection LISTENs on gd_work; a notification wakes one
- *    idle lane (waking them all would send every lane after the same rows),
- *    and a lane that claims a full batch wakes another; they poll every
- *    `poll` seconds as a safety net (through a transaction pooler give
- *    `listenConfig`, a direct or session-mode connection);
+ *  - a lane with no work waits for it in the server: its claim of its home
+ *    queue (lane i: queues[i % queues.length]) waits up to `wait` seconds
+ *    for work of that queue to commit (gd_claim(wait => ...)), one
+ *    statement, so it works through a transaction pooler; no LISTEN, no
+ *    poll; stop() cancels the waiting claims;
  *  - a heartbeat extends every claim in hand every third of `lease`;
  *  - lost connections are opened again with backoff;
  *  - a step past its deadline (its timeout: the engine ends the claim
@@ -30,11 +30,13 @@
  *    once per connection, or in `apiSchema` if given.
  */
 const os = require('os');
+const pg = require('pg');
 const { connect, toId } = require('./client');
 const { isOutcome, retry, interval } = require('./outcomes');
 const { statements, apiSchemaOption, SQL } = require('./sql');
 
 const INVALID_PARAMETER_VALUE = '22023';
+const QUERY_CANCELED = '57014';
 
 class LeaseLost extends Error {}
 
@@ -79,57 +81,23 @@ class Backoff {
   reset() { this.next = this.first; }
 }
 
-/** A lane's wake-up: fired by notifications and stop(), waited on with a timeout. */
-class Wakeup {
-  constructor() { this.pending = false; this.resolve = null; }
-  fire() {
-    if (this.resolve) { const resolve = this.resolve; this.resolve = null; resolve(true); } else this.pending = true;
-  }
-  clear() { this.pending = false; }
-  get idle() { return this.resolve !== null; }
-  wait(seconds) {
-    if (this.pending) { this.pending = false; return Promise.resolve(true); }
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => { this.resolve = null; resolve(false); }, seconds * 1000);
-      this.resolve = (v) => { clearTimeout(timer); resolve(v); };
-    });
-  }
-}
-
-/** Warns once when polls keep finding work while LISTEN has never heard a thing (a transaction pooler). */
-class NotifyWatch {
-  constructor(worker, listenGiven, log) {
-    Object.assign(this, { worker, listenGiven, log, notifications: 0, pollFinds: 0, warned: false });
-  }
-  heard() { this.notifications++; }
-  afterWait(notified, claimed) {
-    if (notified || claimed === 0 || this.warned) return;
-    this.pollFinds++;
-    if (this.notifications > 0 || this.pollFinds < 3) return;
-    this.warned = true;
-    this.log.warn(`worker ${this.worker}: polls keep finding work and LISTEN has heard no notification; a LISTEN ` +
-      'through a transaction pooler hears nothing: give listenConfig a direct or session-mode connection' +
-      (this.listenGiven ? ' (it is given: check where it leads)' : ''));
-  }
-}
-
 const quietLog = { info() {}, warn: (m) => console.warn(m) };
 
 class Worker {
   constructor(config = {}, {
-    handlers = {}, queues = null, concurrency = 1, batch = 10, lease = 30, poll = 10, name = null,
-    listenConfig = null, pooler = null, apiSchema = null, drainTimeout = 30, log = quietLog,
+    handlers = {}, queues = null, concurrency = 1, batch = 10, lease = 30, wait = 5, name = null,
+    pooler = null, apiSchema = null, drainTimeout = 30, log = quietLog,
   } = {}) {
     if (concurrency < 1 || batch < 1) throw new RangeError('concurrency and batch must be at least 1');
-    Object.assign(this, { config, queues, concurrency, batch, lease, poll, listenConfig, pooler, drainTimeout, log });
+    if (!(wait > 0 && wait <= 3600)) throw new RangeError('wait must be between 0 and 3600 seconds');
+    Object.assign(this, { config, queues, concurrency, batch, lease, wait, pooler, drainTimeout, log });
     this.apiSchema = apiSchemaOption(apiSchema);
     this.name = name ?? `${os.hostname()}:${process.pid}`;
     this.handlers = new Map(Object.entries(handlers)); // 'fsm/step' -> handler
     this.stopping = false;
-    this.wakeups = [];
+    this.waitingClaims = new Set(); // of the lanes whose claim waits in the server: {client, cancelled}
     this.inHand = new Map(); // claim id -> lease token
     this.lost = new Set();
-    this.watch = new NotifyWatch(this.name, listenConfig != null, log);
     this.sleepers = new Set();
     this.abandoners = new Set(); // of the handlers running: each called at the drain's limit
     this.drainTimer = null;
@@ -157,7 +125,7 @@ class Worker {
       this.drainTimer.unref();
     }
     this.stopping = true;
-    for (const w of this.wakeups) w.fire();
+    for (const waiting of this.waitingClaims) if (!waiting.cancelled) waiting.cancelled = cancelStatement(waiting.client);
     for (const wake of this.sleepers) wake();
   }
 
@@ -168,12 +136,11 @@ class Worker {
     if (signals) { process.on('SIGTERM', onSignal); process.on('SIGINT', onSignal); }
     try {
       await this.resolveQueues();
-      this.wakeups = Array.from({ length: this.concurrency }, () => new Wakeup());
-      const helpers = [this.listen(), this.heartbeat()];
+      const heartbeat = this.heartbeat();
       this.log.info(`worker ${this.name} serving queues ${this.queues.join(', ')} with ${this.concurrency} lanes`);
-      await Promise.all(this.wakeups.map((_, i) => this.lane(i)));
+      await Promise.all(Array.from({ length: this.concurrency }, (_, i) => this.lane(i)));
       this.stop();
-      await Promise.all(helpers);
+      await heartbeat;
       this.log.info(`worker ${this.name} stopped`);
     } finally {
       clearTimeout(this.drainTimer);
@@ -214,15 +181,14 @@ class Worker {
   }
 
   /** Run `body(client)` on a connection, reopened with backoff whenever it breaks, until stopping. */
-  async connected(what, config, body) {
+  async connected(what, body) {
     const backoff = new Backoff();
     while (!this.stopping) {
       let client = null;
       try {
-        let pooler;
-        ({ client, pooler } = await this.connect(config));
+        ({ client } = await this.connect());
         backoff.reset();
-        await body(client, pooler);
+        await body(client);
       } catch (e) {
         const delay = backoff.delay();
         this.log.warn(`worker ${this.name} ${what}: ${e.message}; reconnecting in ${delay.toFixed(1)} s`);
@@ -234,39 +200,45 @@ class Worker {
   }
 
   lane(index) {
-    const wakeup = this.wakeups[index];
-    const start = index % this.queues.length;
-    return this.connected(`lane ${index}`, this.config, async (client) => {
-      let notified = true;
-      while (!this.stopping) {
-        wakeup.clear();
-        const claimed = await this.claimAndRun(client, start);
-        if (claimed === this.batch) this.wakeIdleLane(); // there may be more
-        this.watch.afterWait(notified, claimed);
-        notified = claimed > 0 ? true : await wakeup.wait(this.poll);
-      }
+    const home = this.queues[index % this.queues.length];
+    return this.connected(`lane ${index}`, async (client) => {
+      while (!this.stopping) await this.claimAndRun(client, home);
     });
   }
 
-  /** Wake one lane waiting for work; false when none is. */
-  wakeIdleLane() {
-    const idle = this.wakeups.find((w) => w.idle);
-    if (idle) idle.fire();
-    return idle !== undefined;
-  }
-
-  async claimAndRun(client, start) {
+  /** Claim a batch from the first of the queues that has work, the lane's home queue last, its claim
+   *  waiting in the server for work there; run it. */
+  async claimAndRun(client, home) {
     const { claim } = await this.sql(client);
     const fsms = this.fsms();
-    for (let offset = 0; offset < this.queues.length; offset++) {
+    const start = this.queues.indexOf(home);
+    for (let offset = 1; offset <= this.queues.length; offset++) {
       const queue = this.queues[(start + offset) % this.queues.length];
-      const { rows } = await client.query(claim, [queue, this.name, this.batch, interval(this.lease), fsms]);
+      const parameters = [queue, this.name, this.batch, interval(this.lease), fsms];
+      const rows = queue === home ? await this.waitingClaim(client, claim, parameters)
+        : (await client.query(claim, [...parameters, null])).rows;
       if (rows.length) {
         await this.runBatch(client, rows.map((r) => claimFrom(r, client)));
-        return rows.length;
+        return;
       }
     }
-    return 0;
+  }
+
+  /** gd_claim, waiting up to `wait` seconds in the server for work; stop() cancels it (no rows then). */
+  async waitingClaim(client, claim, parameters) {
+    const waiting = { client, cancelled: null };
+    this.waitingClaims.add(waiting);
+    try {
+      if (this.stopping) return [];
+      return (await client.query(claim, [...parameters, interval(this.wait)])).rows;
+    } catch (e) {
+      if (waiting.cancelled && e.code === QUERY_CANCELED) return [];
+      throw e;
+    } finally {
+      this.waitingClaims.delete(waiting);
+      // The server has the cancel before the lane's next statement, which it would cancel instead.
+      if (waiting.cancelled) await waiting.cancelled;
+    }
   }
 
   async runBatch(client, claims) {
@@ -277,7 +249,7 @@ class Worker {
       if (handled.length) await this.runAndComplete(client, handled);
       if (unhandled.length) {
         await this.release(client, unhandled, 'this worker has no handler for them');
-        await this.sleep(this.poll);
+        await this.sleep(this.wait);
       }
     } catch (e) {
       if (!(e instanceof LeaseLost)) throw e;
@@ -409,36 +381,8 @@ class Worker {
     }
   }
 
-  listen() {
-    const queues = new Set(this.queues);
-    return this.connected('listener', this.listenConfig ?? this.config, async (client, pooler) => {
-      if (pooler && this.listenConfig == null) {
-        this.log.warn(`worker ${this.name}: the connection goes through a pooler; LISTEN may hear nothing there: ` +
-          `give listenConfig a direct or session-mode connection (meanwhile work is found every ${this.poll} s)`);
-      }
-      let stopped;
-      const closed = new Promise((resolve, reject) => {
-        client.on('notification', (n) => {
-          this.watch.heard();
-          // No lane idle: each busy one looks once more when its batch is done.
-          if (queues.has(n.payload) && !this.wakeIdleLane()) for (const w of this.wakeups) w.fire();
-        });
-        client.on('error', reject);
-        client.on('end', () => reject(new Error('the listener connection closed')));
-        stopped = resolve;
-        this.sleepers.add(stopped); // stop() resolves it
-      });
-      try {
-        await client.query('LISTEN gd_work');
-        await closed;
-      } finally {
-        this.sleepers.delete(stopped);
-      }
-    });
-  }
-
   heartbeat() {
-    return this.connected('heartbeat', this.config, async (client) => {
+    return this.connected('heartbeat', async (client) => {
       while (!this.stopping) {
         await this.sleep(Math.max(this.lease / 3, 0.05));
         for (const [id, token] of [...this.inHand]) {
@@ -448,6 +392,22 @@ class Worker {
       }
     });
   }
+}
+
+/**
+ * Cancel the statement `client` runs (a waiting claim).  Resolves once the
+ * server has closed the cancel request's connection: it has signalled the
+ * backend, which ignores a cancel that finds it between statements.
+ */
+function cancelStatement(client) {
+  return new Promise((resolve) => {
+    const connection = new pg.Connection();
+    connection.on('connect', () => connection.cancel(client.processID, client.secretKey));
+    connection.on('end', resolve);
+    connection.on('error', resolve);
+    if (client.host && client.host.startsWith('/')) connection.connect(`${client.host}/.s.PGSQL.${client.port}`);
+    else connection.connect(client.port, client.host);
+  });
 }
 
 function claimFrom(row, client) {
@@ -465,4 +425,4 @@ function claimFrom(row, client) {
   };
 }
 
-module.exports = { Worker, NotifyWatch, Backoff };
+module.exports = { Worker, Backoff };

@@ -39,7 +39,7 @@ before(async () => {
 CREATE SCHEMA "Router API";
 CREATE TABLE "Router API".claims (queue text, fsms text[]);
 CREATE FUNCTION "Router API".gd_insert(${signature.arguments}) RETURNS ${signature.result} LANGUAGE sql AS 'SELECT 42';
-CREATE FUNCTION "Router API".gd_claim(queue text, worker text, max int, lease interval, fsms text[])
+CREATE FUNCTION "Router API".gd_claim(queue text, worker text, max int, lease interval, fsms text[], wait interval)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx jsonb, lease_token bigint)
 LANGUAGE plpgsql AS 'BEGIN INSERT INTO "Router API".claims VALUES (queue, fsms); END';`);
   } finally {
@@ -72,7 +72,7 @@ test('apiSchema: the client calls the schema given and looks nothing up', async 
 
 test('apiSchema: the worker claims in the schema given', async () => {
   const worker = new Worker(ROUTER, {
-    handlers: { 'order/pack': async () => done() }, queues: ['shop'], apiSchema: SCHEMA, poll: 0.1, name: 'stub',
+    handlers: { 'order/pack': async () => done() }, queues: ['shop'], apiSchema: SCHEMA, wait: 0.1, name: 'stub',
     log: captureLog(),
   });
   let claims = [];

@@ -52,7 +52,7 @@ test('retries and a reclaimed lease send the same key: no order is charged twice
   const ids = await client.insertAll(fsm, orders);
   const w = new Worker(DSN, {
     handlers: { [`${fsm}/pay`]: charge, [`${fsm}/ship`]: async (state) => done(state) },
-    queues: [s.queue], concurrency: 2, poll: 0.2, name: s.name('w'), log: captureLog(),
+    queues: [s.queue], concurrency: 2, wait: 0.2, name: s.name('w'), log: captureLog(),
   });
   await running(w, () => s.allIn(ids));
 
@@ -72,7 +72,7 @@ test('retries and a reclaimed lease send the same key: no order is charged twice
         return nextStep('ship', { ...state, charge: 'from the hung worker' }); // too late: dropped
       },
     },
-    queues: [s.queue], lease: 60, poll: 0.2, name: s.name('hangs'), log: captureLog(),
+    queues: [s.queue], lease: 60, wait: 0.2, name: s.name('hangs'), log: captureLog(),
   });
   const hung = hangs.run({ signals: false });
   const late = await client.insert(fsm, { order: 20 });
@@ -81,7 +81,7 @@ test('retries and a reclaimed lease send the same key: no order is charged twice
   await s.db.query('SELECT gd._reclaim_leases(10)');
   const w2 = new Worker(DSN, {
     handlers: { [`${fsm}/pay`]: charge, [`${fsm}/ship`]: async (state) => done(state) },
-    queues: [s.queue], poll: 0.2, name: s.name('w2'), log: captureLog(),
+    queues: [s.queue], wait: 0.2, name: s.name('w2'), log: captureLog(),
   });
   await running(w2, () => s.allIn([late]));
   wakeUp();

@@ -78,7 +78,7 @@ test('neither the client nor the worker calls a function of a schema named after
 
   const key = s.name('key');
   const worker = new Worker(as(victim), {
-    name: s.name('w'), lease: 1, poll: 0.5, log: captureLog(), handlers: {
+    name: s.name('w'), lease: 1, wait: 0.5, log: captureLog(), handlers: {
       [`${fsm}/a`]: (state) => (state.wait ? waitSignal(['go'], { thenStep: 'b' }) : nextStep('b')),
       [`${fsm}/b`]: async (state) => {
         await new Promise((r) => setTimeout(r, 400)); // past a heartbeat

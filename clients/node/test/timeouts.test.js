@@ -27,7 +27,7 @@ test('a handler past its deadline is aborted, the lane moves on, the engine coun
   const [slow, quick] = await client.insertAll(fsm, [{ state: { n: 0 }, priority: -1 }, { state: { n: 1 } }]);
   // One lane, one claim at a time (a deadline counts from the claim), a lease far longer than the
   // timeout: only the deadline can end an attempt.
-  const w = new Worker(DSN, { handlers: { [`${fsm}/call`]: handler }, queues: [s.queue], batch: 1, lease: 60, poll: 0.2,
+  const w = new Worker(DSN, { handlers: { [`${fsm}/call`]: handler }, queues: [s.queue], batch: 1, lease: 60, wait: 0.2,
     name: s.name('w'), log: captureLog() });
   await running(w, async () => { await s.allIn([quick]); await s.allIn([slow], 'failed'); });
   assert.match(await lateQuery, /gen_durable: this step has ended/);
@@ -55,7 +55,7 @@ test('a drain waits drainTimeout for the handler in hand, then hands its step ba
         return new Promise(() => {});
       },
     },
-    queues: [s.queue], poll: 0.2, drainTimeout: 0.5, name: s.name('w'), log: captureLog(),
+    queues: [s.queue], wait: 0.2, drainTimeout: 0.5, name: s.name('w'), log: captureLog(),
   });
   const id = await client.insert(fsm, {});
   const run = w.run({ signals: false });

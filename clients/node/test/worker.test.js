@@ -4,7 +4,6 @@
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const { Client, Worker, nextStep, done, waitSignal, spawn, retry, stop } = require('..');
-const { NotifyWatch } = require('../lib/worker');
 const { DSN, scope, running, captureLog } = require('./support');
 
 async function setup(t) {
@@ -29,7 +28,7 @@ async function setup(t) {
     ...overrides,
   });
   const worker = (h, options = {}) => new Worker(DSN, {
-    handlers: h, queues: [s.queue, otherQueue], poll: 0.5, lease: 5, name: s.name('w'), log: captureLog(), ...options,
+    handlers: h, queues: [s.queue, otherQueue], wait: 0.5, lease: 5, name: s.name('w'), log: captureLog(), ...options,
   });
   const effects = async () => (await s.db.query(
     `SELECT instance::int, step, attempt FROM effects_${s.tag} ORDER BY 1, 2, 3`)).rows;
@@ -130,7 +129,7 @@ test('steps without a handler are released, no attempt counted', async (t) => {
   const id = await client.insert(fsm, { n: 1 });
   const h = handlers();
   delete h[`${fsm}/pack`];
-  const w = worker(h, { poll: 0.2 });
+  const w = worker(h, { wait: 0.2 });
   await running(w, () => s.until(async () => w.log.messages.some((m) => m.includes('no handler')), 'the release'));
   assert.deepEqual(await s.status(id), { status: 'runnable', step: 'pack', attempt: 1 });
 });
@@ -138,12 +137,12 @@ test('steps without a handler are released, no attempt counted', async (t) => {
 test('claims only steps of the FSMs it has handlers for', async (t) => {
   const { s, fsm, client, handlers, worker } = await setup(t);
   // Another FSM's steps on the same queue, ahead of these: a claim of any FSM's steps (a superuser's without
-  // fsms) would get them, hand them back and pause a poll, again and again.
+  // fsms) would get them, hand them back and pause for `wait`, again and again.
   const other = s.name('other');
   await s.define(other, 'pack', { pack: null });
   const others = await client.insertAll(other, Array(20).fill({ priority: 10 }));
   const ids = await client.insertAll(fsm, Array.from({ length: 20 }, (_, n) => ({ state: { n } })));
-  const w = worker(handlers(), { batch: 5, poll: 30 });
+  const w = worker(handlers(), { batch: 5, wait: 30 });
   await running(w, () => s.allIn(ids, 'done', 10));
   assert.deepEqual(w.log.messages.filter((m) => m.includes('released')), []);
   const { rows: [stats] } = await s.db.query('SELECT drained::int FROM gd.queue_stats WHERE queue = $1', [s.queue]);
@@ -157,7 +156,7 @@ test('a handler for an FSM not defined yet holds nothing back', async (t) => {
   const { s, fsm, client, handlers, worker } = await setup(t);
   const later = s.name('later');
   const id = await client.insert(fsm, { n: 1 });
-  const w = worker(handlers({ [`${later}/work`]: () => done() }), { poll: 0.2 });
+  const w = worker(handlers({ [`${later}/work`]: () => done() }), { wait: 0.2 });
   await running(w, async () => {
     await s.allIn([id]);
     await s.define(later, 'work', { work: null });
@@ -228,26 +227,26 @@ test('reconnects after its connections are killed', async (t) => {
   assert.ok(w.log.messages.some((m) => m.includes('reconnecting')));
 });
 
+test('a claim waits in the server until work commits, and stop() cancels it', async (t) => {
+  const { s, fsm, client, handlers, worker } = await setup(t);
+  const w = worker(handlers(), { wait: 30 });
+  const run = w.run({ signals: false });
+  await s.until(async () => (await s.db.query(
+    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query LIKE $2",
+    [`gd worker ${s.name('w')}`, '%gd_claim%'])).rows[0].n === 1, "the lane's claim waiting");
+  const inserted = Date.now();
+  const ids = await client.insertAll(fsm, [0, 1, 2].map((n) => ({ state: { n } })));
+  await s.allIn(ids);
+  assert.ok(Date.now() - inserted < 15000, 'woken by the commit, not at the end of its 30 s wait');
+  const stopping = Date.now();
+  w.stop();
+  await run;
+  assert.ok(Date.now() - stopping < 10000, 'stop() cancelled the waiting claim');
+});
+
 test('queues default to those the steps are defined on', async (t) => {
   const { s, otherQueue, handlers } = await setup(t);
   const w = new Worker(DSN, { handlers: handlers(), name: s.name('w') });
   await w.resolveQueues();
   assert.deepEqual([...w.queues].sort(), [s.queue, otherQueue].sort());
-});
-
-test('NotifyWatch warns once when polls find work and LISTEN hears nothing', () => {
-  const log = captureLog();
-  const watch = new NotifyWatch('w', false, log);
-  watch.afterWait(true, 3);
-  watch.afterWait(false, 0);
-  watch.afterWait(false, 2);
-  watch.afterWait(false, 2);
-  assert.equal(log.messages.length, 0);
-  watch.afterWait(false, 2);
-  watch.afterWait(false, 2);
-  assert.equal(log.messages.length, 1);
-  const quiet = new NotifyWatch('w', false, captureLog());
-  quiet.heard();
-  for (let i = 0; i < 10; i++) quiet.afterWait(false, 1);
-  assert.equal(quiet.log.messages.length, 0);
 });

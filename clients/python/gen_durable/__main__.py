@@ -3,8 +3,7 @@
     python -m gen_durable worker --dsn 'dbname=app' --handlers shop_handlers.py --queue shop --concurrency 4
 
 The file defines HANDLERS = {(fsm, step): function}.  Repeat --dsn to serve
-several databases (a sharded engine's partitions), each with its own lanes
-and listener.
+several databases (a sharded engine's partitions), each with its own lanes.
 """
 
 import argparse
@@ -33,9 +32,9 @@ def main(argv=None):
     worker.add_argument("--concurrency", type=int, default=1, help="lanes, each with its own connection")
     worker.add_argument("--batch", type=int, default=10, help="steps a lane claims at once")
     worker.add_argument("--lease", type=float, default=30.0, help="lease in seconds")
-    worker.add_argument("--poll", type=float, default=10.0, help="seconds between polls without notifications")
+    worker.add_argument("--wait", type=float, default=5.0,
+                        help="seconds a claim waits in the server for work before the lane claims again")
     worker.add_argument("--name", help="worker name recorded as lease_owner (default host:pid)")
-    worker.add_argument("--listen-dsn", help="connection for LISTEN (direct or session-mode, when --dsn is pooled)")
     worker.add_argument("--pooler", choices=["auto", "yes", "no"], default="auto",
                         help="a transaction pooler in between (auto: when the server's port is not the one reached)")
     worker.add_argument("--api-schema", help="the schema of the API's functions (default: the extension's, looked up)")
@@ -44,11 +43,9 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s[%(process)d] %(message)s")
     dsns = args.dsns or [""]
-    if args.listen_dsn and len(dsns) > 1:
-        parser.error("--listen-dsn serves one --dsn")
     handlers = load_handlers(args.handlers)
     workers = [Worker(dsn, handlers, queues=args.queues, concurrency=args.concurrency, batch=args.batch,
-                      lease=args.lease, poll=args.poll, name=args.name, listen_conninfo=args.listen_dsn,
+                      lease=args.lease, wait=args.wait, name=args.name,
                       pooler={"auto": None, "yes": True, "no": False}[args.pooler], api_schema=args.api_schema)
                for dsn in dsns]
     run_workers(workers)

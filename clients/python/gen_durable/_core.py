@@ -57,7 +57,7 @@ class Statements:
         self.claim = ("SELECT c.id, c.fsm, c.version, c.step, c.state, pg_catalog.to_jsonb(c.ctx), c.lease_token,"
                       " pg_catalog.date_part('epoch', (pg_catalog.to_jsonb(c.ctx) OPERATOR(pg_catalog.->>) 'deadline')"
                       "::pg_catalog.timestamptz OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())"
-                      f"  FROM {api}.gd_claim(%s, %s, %s, %s::interval, fsms => %s::text[]) c")
+                      f"  FROM {api}.gd_claim(%s, %s, %s, %s::interval, fsms => %s::text[], wait => %s::interval) c")
         # One completion statement for a batch: gd_outcome turns each JSON outcome into a gd.outcome.
         self.complete_all = (
             f"SELECT id, completed FROM {api}.gd_complete_all(%s::bigint[], %s::bigint[],"
@@ -103,7 +103,6 @@ def remember_statements(connection, row: Optional[Tuple[str]]) -> Statements:
 
 GET = ("SELECT id, fsm, version, step, status, state, attempt, result, error, correlation_key, queue, parent_id,"
        "       created_at, updated_at, finished_at FROM gd.instances WHERE id OPERATOR(pg_catalog.=) %s::bigint")
-LISTEN = "LISTEN gd_work"
 # The queues steps run on, as defined (a step's own, else its FSM's).
 QUEUES_OF_STEPS = ("SELECT DISTINCT coalesce(s.queue, f.queue) FROM gd.steps s"
                    "  JOIN gd.fsms f ON f.name OPERATOR(pg_catalog.=) s.fsm"
@@ -369,8 +368,7 @@ class Backoff:
 def behind_pooler(reached_port: Optional[str], server_port: str) -> bool:
     """A pooler (or another proxy) sits between us when the server does not
     listen on the port the client reached.  Only a heuristic: a port mapped
-    by a container says the same, and costs nothing but prepared statements
-    and a LISTEN connection of its own."""
+    by a container says the same, and costs nothing but prepared statements."""
     return reached_port is not None and str(reached_port) != str(server_port)
 
 
@@ -379,38 +377,6 @@ def connection_options(pooler: bool) -> Dict[str, Any]:
     a pooler (a transaction pool hands each transaction another server
     connection, which does not have them)."""
     return {"autocommit": True, "prepare_threshold": None if pooler else 5}
-
-
-class NotifyWatch:
-    """Notices work found by polls while LISTEN has never heard a thing: a
-    LISTEN that goes through a transaction pooler hears nothing, and work
-    then waits for the poll.  (Work a poll finds while notifications do
-    arrive is ordinary: a delay or backoff that came due before the reaper
-    announced it.)  Warns once."""
-
-    POLL_FINDS_BEFORE_WARNING = 3
-
-    def __init__(self, worker: str, listen_conninfo_given: bool):
-        self.worker = worker
-        self.listen_conninfo_given = listen_conninfo_given
-        self.notifications = 0
-        self.poll_finds = 0
-        self.warned = False
-
-    def heard(self):
-        """The listener received a notification on gd_work (for any queue)."""
-        self.notifications += 1
-
-    def after_wait(self, notified: bool, claimed: int):
-        if notified or claimed == 0 or self.warned:
-            return
-        self.poll_finds += 1
-        if self.notifications > 0 or self.poll_finds < self.POLL_FINDS_BEFORE_WARNING:
-            return
-        self.warned = True
-        log.warning("worker %s: polls keep finding work and LISTEN has heard no notification; a LISTEN through a "
-                    "transaction pooler hears nothing: give listen_conninfo a direct or session-mode connection%s",
-                    self.worker, " (it is given: check where it leads)" if self.listen_conninfo_given else "")
 
 
 class LeaseLost(Exception):
@@ -422,26 +388,25 @@ class WorkerSettings:
 
     def __init__(self, conninfo: str = "", handlers: Optional[Mapping[Tuple[str, str], Handler]] = None, *,
                  queues: Optional[Sequence[str]] = None, concurrency: int = 1, batch: int = 10,
-                 lease: float = 30.0, poll: float = 10.0, name: Optional[str] = None,
-                 listen_conninfo: Optional[str] = None, pooler: Optional[bool] = None,
-                 api_schema: Optional[str] = None, drain_timeout: float = 30.0):
+                 lease: float = 30.0, wait: float = 5.0, name: Optional[str] = None,
+                 pooler: Optional[bool] = None, api_schema: Optional[str] = None, drain_timeout: float = 30.0):
         if concurrency < 1 or batch < 1:
             raise ValueError("concurrency and batch must be at least 1")
+        if not 0 < wait <= 3600:
+            raise ValueError("wait must be between 0 and 3600 seconds")
         self.conninfo = conninfo
         self.handlers = Handlers(handlers)
         self.queues = list(queues) if queues else None
         self.concurrency = concurrency
         self.batch = batch
         self.lease = lease
-        self.poll = poll
+        self.wait = wait
         self.name = name or default_worker_name()
-        self.listen_conninfo = listen_conninfo
         self.pooler = pooler
         self.api_schema = api_schema_option(api_schema)
         self.drain_timeout = drain_timeout
         self._in_hand: Dict[int, int] = {}       # claim id -> lease token, for the heartbeat
         self._lost: set = set()
-        self._watch = NotifyWatch(self.name, listen_conninfo is not None)
 
     def step(self, fsm: str, step: str):
         """Decorator: run this function for `step` of `fsm`."""

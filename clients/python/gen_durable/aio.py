@@ -118,7 +118,7 @@ class AsyncWorker(_core.WorkerSettings):
         super().__init__(*args, **settings)
         self._stopping: Optional[asyncio.Event] = None
         self._drain_expired: Optional[asyncio.Event] = None
-        self._wakeups: List[asyncio.Event] = []
+        self._waiting_claims: set = set()   # the lanes' claims waiting in the server (_WaitingClaim)
 
     def stop(self):
         """Drain and stop (call it in the worker's event loop, or via its signal handlers): no new claims; the
@@ -127,15 +127,14 @@ class AsyncWorker(_core.WorkerSettings):
             if not self._stopping.is_set():
                 asyncio.get_running_loop().call_later(self.drain_timeout, self._drain_expired.set)
             self._stopping.set()
-            for wakeup in self._wakeups:
-                wakeup.set()
+            for waiting in self._waiting_claims:
+                waiting.cancel()
 
     async def run(self, install_signal_handlers: bool = True):
         if not self.handlers:
             raise ValueError("the worker has no handlers")
         self._stopping = asyncio.Event()
         self._drain_expired = asyncio.Event()
-        self._wakeups = [asyncio.Event() for _ in range(self.concurrency)]
         if not self.queues:
             connection, _ = await self._connect()
             async with connection:
@@ -147,22 +146,20 @@ class AsyncWorker(_core.WorkerSettings):
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.stop)
-        helpers = [asyncio.create_task(self._listen()), asyncio.create_task(self._heartbeat())]
+        heartbeat = asyncio.create_task(self._heartbeat())
         log.info("worker %s serving queues %s with %d lanes", self.name, ", ".join(self.queues), self.concurrency)
         try:
             await asyncio.gather(*(self._lane(i) for i in range(self.concurrency)))
         finally:
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
             if install_signal_handlers:
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(signum)
         log.info("worker %s stopped", self.name)
 
-    async def _connect(self, conninfo: Optional[str] = None):
-        return await connect(conninfo if conninfo is not None else self.conninfo, self.pooler,
-                             application_name=f"gd worker {self.name}")
+    async def _connect(self):
+        return await connect(self.conninfo, self.pooler, application_name=f"gd worker {self.name}")
 
     async def _sql(self, connection) -> _core.Statements:
         return await statements(connection, self.api_schema)
@@ -176,41 +173,51 @@ class AsyncWorker(_core.WorkerSettings):
             return False
 
     async def _lane(self, index: int):
-        wakeup = self._wakeups[index]
+        home = self.queues[index % len(self.queues)]
         backoff = _core.Backoff()
-        start = index % len(self.queues)
         while not self._stopping.is_set():
             try:
                 connection, _ = await self._connect()
                 async with connection:
                     backoff.reset()
-                    notified = True
                     while not self._stopping.is_set():
-                        wakeup.clear()
-                        claimed = await self._claim_and_run(connection, start)
-                        self._watch.after_wait(notified, claimed)
-                        notified = True
-                        if claimed == 0:
-                            try:
-                                await asyncio.wait_for(wakeup.wait(), self.poll)
-                            except asyncio.TimeoutError:
-                                notified = False
+                        await self._claim_and_run(connection, home)
             except psycopg.OperationalError as e:
                 delay = backoff.delay()
                 log.warning("worker %s lane %d: connection lost (%s); reconnecting in %.1f s", self.name, index,
                             str(e).strip(), delay)
                 await self._sleep(delay)
 
-    async def _claim_and_run(self, connection, start: int) -> int:
+    async def _claim_and_run(self, connection, home: str):
         claim, fsms = (await self._sql(connection)).claim, self.handlers.fsms()
-        for offset in range(len(self.queues)):
+        start = self.queues.index(home)
+        for offset in range(1, len(self.queues) + 1):
             queue = self.queues[(start + offset) % len(self.queues)]
-            cursor = await connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms])
-            rows = await cursor.fetchall()
+            parameters = [queue, self.name, self.batch, interval(self.lease), fsms]
+            if queue == home:
+                rows = await self._waiting_claim(connection, claim, parameters)
+            else:
+                rows = await (await connection.execute(claim, parameters + [None])).fetchall()
             if rows:
                 await self._run_batch(connection, _core.claims_from(rows, connection))
-                return len(rows)
-        return 0
+                return
+
+    async def _waiting_claim(self, connection, claim: str, parameters) -> list:
+        """As Worker._waiting_claim."""
+        waiting = _WaitingClaim(connection)
+        self._waiting_claims.add(waiting)
+        try:
+            if self._stopping.is_set():
+                return []
+            return await (await connection.execute(claim, parameters + [interval(self.wait)])).fetchall()
+        except psycopg.errors.QueryCanceled:
+            if waiting.cancelled is not None:
+                return []
+            raise
+        finally:
+            self._waiting_claims.discard(waiting)
+            if waiting.cancelled is not None:
+                await waiting.cancelled   # the server has it before the lane's next statement
 
     async def _run_batch(self, connection, claims: List[Claim]):
         self._in_hand.update((c.id, c.token) for c in claims)
@@ -220,7 +227,7 @@ class AsyncWorker(_core.WorkerSettings):
                 await self._run_and_complete(connection, handled)
             if unhandled:
                 await self._release(connection, unhandled, "this worker has no handler for them")
-                await self._sleep(self.poll)
+                await self._sleep(self.wait)
         except _core.LeaseLost as lost:
             log.warning("worker %s: %s; the batch was rolled back", self.name, lost)
             await self._release(connection, [c for c in handled if c.id not in self._lost],
@@ -319,29 +326,6 @@ class AsyncWorker(_core.WorkerSettings):
             log.warning("worker %s released %d claims (%s): %s", self.name, len(claims), why,
                         ", ".join(f"{c.fsm}/{c.step} #{c.id}" for c in claims))
 
-    async def _listen(self):
-        backoff = _core.Backoff()
-        queues = set(self.queues)
-        while not self._stopping.is_set():
-            try:
-                connection, behind = await self._connect(self.listen_conninfo)
-                async with connection:
-                    if behind and self.listen_conninfo is None:
-                        log.warning("worker %s: the connection goes through a pooler; LISTEN may hear nothing there: "
-                                    "give listen_conninfo a direct or session-mode connection", self.name)
-                    await connection.execute(_core.LISTEN)
-                    backoff.reset()
-                    async for notification in connection.notifies():
-                        self._watch.heard()
-                        if notification.payload in queues:
-                            for wakeup in self._wakeups:
-                                wakeup.set()
-            except psycopg.OperationalError as e:
-                delay = backoff.delay()
-                log.warning("worker %s: listener connection lost (%s); reconnecting in %.1f s", self.name,
-                            str(e).strip(), delay)
-                await self._sleep(delay)
-
     async def _heartbeat(self):
         every = max(self.lease / 3.0, 0.05)
         backoff = _core.Backoff()
@@ -361,3 +345,16 @@ class AsyncWorker(_core.WorkerSettings):
                 log.warning("worker %s: heartbeat connection lost (%s); reconnecting in %.1f s", self.name,
                             str(e).strip(), delay)
                 await self._sleep(delay)
+
+
+class _WaitingClaim:
+    """A lane's claim waiting in the server, which stop() cancels (in the loop's executor: libpq's cancel
+    blocks until the server has the request)."""
+
+    def __init__(self, connection):
+        self.connection = connection
+        self.cancelled: Optional[asyncio.Future] = None
+
+    def cancel(self):
+        if self.cancelled is None:
+            self.cancelled = asyncio.get_running_loop().run_in_executor(None, self.connection.cancel)

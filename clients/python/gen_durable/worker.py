@@ -26,13 +26,11 @@ at the step's deadline (its timeout: the engine ends the claim there) or at
 the drain's limit: ctx.cancelled is set, its writes are rolled back and its
 connection closed to it.
 
-One listener connection LISTENs on gd_work; a notification for one of their
-queues wakes one idle lane (waking them all would send every lane after the
-same rows), and a lane that claims a full batch wakes another; lanes poll
-every `poll` seconds as a safety net.
-Through a transaction pooler LISTEN hears nothing: pass listen_conninfo (a
-direct or session-mode connection), or the worker warns once work turns up
-only on polls.  A heartbeat thread extends the leases of every claim in
+A lane with no work waits for it in the server: its claim of its home queue
+(lane i: queues[i % len(queues)]) waits up to `wait` seconds for work of
+that queue to commit (gd_claim(wait => ...)), one statement, so it works
+through a transaction pooler; no LISTEN, no poll.  stop() cancels the
+waiting claims.  A heartbeat thread extends the leases of every claim in
 hand.  A lost connection is re-opened with backoff; its claims come back
 when their leases expire.  stop() (SIGTERM, SIGINT) drains: no new claims,
 the batches in hand finish (each handler within drain_timeout seconds) and
@@ -42,8 +40,6 @@ connection, or in api_schema if given.
 """
 
 import logging
-import os
-import select
 import signal
 import threading
 from typing import List, Optional, Sequence
@@ -62,11 +58,8 @@ class Worker(_core.WorkerSettings):
     def __init__(self, *args, **settings):
         super().__init__(*args, **settings)
         self._stopping = threading.Event()
-        self._wakeups: List[threading.Event] = []
-        self._wake_r, self._wake_w = os.pipe()   # wakes the listener's select() at stop
         self._lock = threading.Lock()
-        self._idle_lanes: List[threading.Event] = []   # the wakeups of lanes waiting for work
-        self._idle_lock = threading.Lock()
+        self._waiting_claims: set = set()              # the lanes' claims waiting in the server (_WaitingClaim)
         self._drain_expired = threading.Event()        # the drain's limit has passed
         self._handlers_running: set = set()            # their done events, set at the drain's limit too
 
@@ -80,12 +73,12 @@ class Worker(_core.WorkerSettings):
             timer.daemon = True
             timer.start()
         self._stopping.set()
-        for wakeup in self._wakeups:
-            wakeup.set()
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass
+        with self._lock:   # (marked under the lock: a lane that ends its claim meanwhile waits for the cancel)
+            waiting = list(self._waiting_claims)
+            for claim in waiting:
+                claim.cancelling.set()
+        for claim in waiting:   # (in threads: a cancel is a round trip, and stop() may run in a signal handler)
+            threading.Thread(target=claim.cancel, name="gd-cancel", daemon=True).start()
 
     def run(self, install_signal_handlers: bool = True):
         """Serve until stop(); returns once every lane has finished its batch."""
@@ -94,19 +87,16 @@ class Worker(_core.WorkerSettings):
         if install_signal_handlers:
             _stop_on_signals([self])
         self._resolve_queues()
-        self._wakeups = [threading.Event() for _ in range(self.concurrency)]
-        helpers = [threading.Thread(target=self._listen, name="gd-listen", daemon=True),
-                   threading.Thread(target=self._heartbeat, name="gd-heartbeat", daemon=True)]
+        heartbeat = threading.Thread(target=self._heartbeat, name="gd-heartbeat", daemon=True)
         lanes = [threading.Thread(target=self._lane, args=(i,), name=f"gd-lane-{i}") for i in range(self.concurrency)]
-        for thread in helpers + lanes:
+        for thread in [heartbeat] + lanes:
             thread.start()
         log.info("worker %s serving queues %s with %d lanes", self.name, ", ".join(self.queues), self.concurrency)
         _join(lanes)
         log.info("worker %s stopped", self.name)
 
-    def _connect(self, conninfo: Optional[str] = None) -> "tuple[psycopg.Connection, bool]":
-        return connect(conninfo if conninfo is not None else self.conninfo, self.pooler,
-                       application_name=f"gd worker {self.name}")
+    def _connect(self) -> "tuple[psycopg.Connection, bool]":
+        return connect(self.conninfo, self.pooler, application_name=f"gd worker {self.name}")
 
     def _sql(self, connection: psycopg.Connection) -> _core.Statements:
         return statements(connection, self.api_schema)
@@ -127,60 +117,55 @@ class Worker(_core.WorkerSettings):
     # -- lanes -----------------------------------------------------------------
 
     def _lane(self, index: int):
-        wakeup = self._wakeups[index]
+        home = self.queues[index % len(self.queues)]
         backoff = _core.Backoff()
-        start = index % len(self.queues)   # lanes start their round of the queues at different ones
         while not self._stopping.is_set():
             try:
                 connection, _ = self._connect()
                 with connection:
                     backoff.reset()
-                    notified = True
                     while not self._stopping.is_set():
-                        wakeup.clear()
-                        claimed = self._claim_and_run(connection, start)
-                        self._watch.after_wait(notified, claimed)
-                        if claimed == 0:
-                            notified = self._wait_idle(wakeup)
-                        else:
-                            if claimed == self.batch:
-                                self._wake_idle_lane()   # there may be more
-                            notified = True
+                        self._claim_and_run(connection, home)
             except psycopg.OperationalError as e:
                 delay = backoff.delay()
                 log.warning("worker %s lane %d: connection lost (%s); reconnecting in %.1f s", self.name, index,
                             str(e).strip(), delay)
                 self._sleep(delay)
 
-    def _wait_idle(self, wakeup: threading.Event) -> bool:
-        with self._idle_lock:
-            self._idle_lanes.append(wakeup)
-        try:
-            return wakeup.wait(self.poll)
-        finally:
-            with self._idle_lock:
-                if wakeup in self._idle_lanes:
-                    self._idle_lanes.remove(wakeup)
-
-    def _wake_idle_lane(self) -> bool:
-        """Wake one lane waiting for work; False when none is."""
-        with self._idle_lock:
-            if not self._idle_lanes:
-                return False
-            wakeup = self._idle_lanes.pop(0)
-        wakeup.set()
-        return True
-
-    def _claim_and_run(self, connection: psycopg.Connection, start: int) -> int:
-        """Claim a batch from the first queue that has work (round robin from `start`), run it; how many claimed."""
+    def _claim_and_run(self, connection: psycopg.Connection, home: str):
+        """Claim a batch from the first of the queues that has work, the lane's home queue last, its claim
+        waiting in the server for work there; run it."""
         claim, fsms = self._sql(connection).claim, self.handlers.fsms()
-        for offset in range(len(self.queues)):
+        start = self.queues.index(home)
+        for offset in range(1, len(self.queues) + 1):
             queue = self.queues[(start + offset) % len(self.queues)]
-            rows = connection.execute(claim, [queue, self.name, self.batch, interval(self.lease), fsms]).fetchall()
+            parameters = [queue, self.name, self.batch, interval(self.lease), fsms]
+            if queue == home:
+                rows = self._waiting_claim(connection, claim, parameters)
+            else:
+                rows = connection.execute(claim, parameters + [None]).fetchall()
             if rows:
                 self._run_batch(connection, _core.claims_from(rows, connection))
-                return len(rows)
-        return 0
+                return
+
+    def _waiting_claim(self, connection: psycopg.Connection, claim: str, parameters) -> list:
+        """gd_claim, waiting up to `wait` seconds in the server for work; stop() cancels it (no rows then)."""
+        waiting = _WaitingClaim(connection)
+        with self._lock:
+            self._waiting_claims.add(waiting)
+        try:
+            if self._stopping.is_set():
+                return []
+            return connection.execute(claim, parameters + [interval(self.wait)]).fetchall()
+        except psycopg.errors.QueryCanceled:
+            if waiting.cancelling.is_set():
+                return []
+            raise
+        finally:
+            with self._lock:
+                self._waiting_claims.discard(waiting)
+            if waiting.cancelling.is_set():
+                waiting.cancelled.wait(30)   # the server has it before the lane's next statement
 
     def _run_batch(self, connection: psycopg.Connection, claims: List[Claim]):
         with self._lock:
@@ -191,7 +176,7 @@ class Worker(_core.WorkerSettings):
                 self._run_and_complete(connection, handled)
             if unhandled:
                 self._release(connection, unhandled, "this worker has no handler for them")
-                self._sleep(self.poll)   # not at once again: a worker that has the handlers may take them
+                self._sleep(self.wait)   # not at once again: a worker that has the handlers may take them
         except _core.LeaseLost as lost:
             log.warning("worker %s: %s; the batch was rolled back", self.name, lost)
             self._release(connection, [c for c in handled if c.id not in self._lost], "their batch was rolled back")
@@ -301,46 +286,7 @@ class Worker(_core.WorkerSettings):
             log.warning("worker %s released %d claims (%s): %s", self.name, len(claims), why,
                         ", ".join(f"{c.fsm}/{c.step} #{c.id}" for c in claims))
 
-    # -- listening and heartbeats ------------------------------------------------
-
-    def _listen(self):
-        backoff = _core.Backoff()
-        while not self._stopping.is_set():
-            try:
-                connection, behind = self._connect(self.listen_conninfo)
-                with connection:
-                    if behind and self.listen_conninfo is None:
-                        log.warning("worker %s: the connection goes through a pooler (the server does not listen on "
-                                    "the port reached); LISTEN may hear nothing there: give listen_conninfo a direct "
-                                    "or session-mode connection (meanwhile work is found every %s s)",
-                                    self.name, self.poll)
-                    connection.execute(_core.LISTEN)
-                    backoff.reset()
-                    self._hear(connection)
-            except psycopg.OperationalError as e:
-                delay = backoff.delay()
-                log.warning("worker %s: listener connection lost (%s); reconnecting in %.1f s", self.name,
-                            str(e).strip(), delay)
-                self._sleep(delay)
-
-    def _hear(self, connection: psycopg.Connection):
-        queues = set(self.queues)
-        while not self._stopping.is_set():
-            ready, _, _ = select.select([connection.fileno(), self._wake_r], [], [], self.poll)
-            if self._wake_r in ready:
-                os.read(self._wake_r, 64)
-            if connection.fileno() in ready:
-                connection.pgconn.consume_input()
-                if connection.pgconn.status != psycopg.pq.ConnStatus.OK:
-                    raise psycopg.OperationalError("the listener's connection closed")
-                ours = False
-                while (notification := connection.pgconn.notifies()) is not None:
-                    self._watch.heard()
-                    ours = ours or notification.extra.decode() in queues
-                # No lane idle: each busy one looks once more when its batch is done.
-                if ours and not self._wake_idle_lane():
-                    for wakeup in self._wakeups:
-                        wakeup.set()
+    # -- heartbeats ------------------------------------------------------------------
 
     def _heartbeat(self):
         """Extend the lease of every claim in hand every third of the lease; note the leases lost."""
@@ -366,6 +312,22 @@ class Worker(_core.WorkerSettings):
                 log.warning("worker %s: heartbeat connection lost (%s); reconnecting in %.1f s", self.name,
                             str(e).strip(), delay)
                 self._sleep(delay)
+
+
+class _WaitingClaim:
+    """A lane's claim waiting in the server, which stop() cancels.  The lane's next statement waits until
+    the cancel request has reached the server (it would cancel that statement instead)."""
+
+    def __init__(self, connection: psycopg.Connection):
+        self.connection = connection
+        self.cancelling = threading.Event()   # set by stop(), under the worker's lock
+        self.cancelled = threading.Event()
+
+    def cancel(self):
+        try:
+            self.connection.cancel()   # returns once the server has the request
+        finally:
+            self.cancelled.set()
 
 
 class _HandlerCall:
@@ -396,8 +358,8 @@ class _HandlerCall:
 def run_workers(workers: Sequence[Worker]):
     """Serve several databases from one process, a Worker for each, until
     SIGTERM or SIGINT drains them all.  The partitions of a sharded engine
-    (sharding/README.md) need one each: a notification does not leave its
-    database, so each Worker listens in its own."""
+    (sharding/README.md) need one each: a claim waits for the work of its
+    own database."""
     _stop_on_signals(workers)
     threads = [threading.Thread(target=worker.run, args=(False,), name=f"gd-worker-{n}")
                for n, worker in enumerate(workers)]

@@ -23,7 +23,7 @@ class AsyncTest(ServerTest):
     async def client_and_worker(self):
         async with await AsyncClient.connect(DSN) as client:
             ids = await client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(10)])
-            worker = AsyncWorker(DSN, name=self.name("w"), concurrency=2, batch=3, poll=0.5)
+            worker = AsyncWorker(DSN, name=self.name("w"), concurrency=2, batch=3, wait=0.5)
 
             @worker.step(self.fsm, "fetch")
             async def fetch(state, ctx):

@@ -20,7 +20,7 @@ STUBS = """
 CREATE SCHEMA "Router API";
 CREATE TABLE "Router API".claims (queue text, fsms text[]);
 CREATE FUNCTION "Router API".gd_insert({arguments}) RETURNS {result} LANGUAGE sql AS 'SELECT 42';
-CREATE FUNCTION "Router API".gd_claim(queue text, worker text, max int, lease interval, fsms text[])
+CREATE FUNCTION "Router API".gd_claim(queue text, worker text, max int, lease interval, fsms text[], wait interval)
 RETURNS TABLE (id bigint, fsm text, version int, step text, state jsonb, ctx jsonb, lease_token bigint)
 LANGUAGE plpgsql AS 'BEGIN INSERT INTO "Router API".claims VALUES (queue, fsms); END';
 """
@@ -63,7 +63,7 @@ class ApiSchemaTest(unittest.TestCase):
 
     def test_the_worker_claims_in_the_schema_given(self):
         worker = Worker(self.dsn, {("order", "pack"): lambda state, ctx: done()}, queues=["shop"],
-                        api_schema=SCHEMA, poll=0.1, name="stub")
+                        api_schema=SCHEMA, wait=0.1, name="stub")
         with running(worker), psycopg.connect(self.dsn, autocommit=True) as router:
             for _ in range(200):
                 claims = router.execute('SELECT queue, fsms FROM "Router API".claims').fetchall()

@@ -85,7 +85,7 @@ class IdempotencyTest(ServerTest):
             return next_step("ship", {**state, "charge": charge})
 
         ids = self.client.insert_all(self.fsm, [{"state": {"order": n}} for n in range(20)])
-        with running(Worker(DSN, self.handlers(pay), queues=[self.queue], concurrency=2, poll=0.2,
+        with running(Worker(DSN, self.handlers(pay), queues=[self.queue], concurrency=2, wait=0.2,
                             name=self.name("w"))):
             self.wait_all(ids)
 
@@ -99,14 +99,14 @@ class IdempotencyTest(ServerTest):
             reclaimed.wait(30)
             return next_step("ship", {**state, "charge": "from the hung worker"})   # too late: dropped
 
-        with running(Worker(DSN, self.handlers(pay_and_hang), queues=[self.queue], lease=60, poll=0.2,
+        with running(Worker(DSN, self.handlers(pay_and_hang), queues=[self.queue], lease=60, wait=0.2,
                             name=self.name("hangs"))):
             late = self.client.insert(self.fsm, {"order": 20})
             self.assertTrue(charged.wait(30))
             self.db.execute("UPDATE gd._instances SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
                             [late])
             self.db.execute("SELECT gd._reclaim_leases(10)")
-            with running(Worker(DSN, self.handlers(pay), queues=[self.queue], poll=0.2, name=self.name("w2"))):
+            with running(Worker(DSN, self.handlers(pay), queues=[self.queue], wait=0.2, name=self.name("w2"))):
                 self.wait_all([late])
             reclaimed.set()
 

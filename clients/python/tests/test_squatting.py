@@ -76,7 +76,7 @@ class SquatTest(ServerTest):
             return next_step("nowhere") if state.get("bad") else done()
 
         key = self.name("key")
-        worker = Worker(self.dsn, {(self.fsm, "a"): a, (self.fsm, "b"): b}, name=self.name("w"), lease=1, poll=0.5)
+        worker = Worker(self.dsn, {(self.fsm, "a"): a, (self.fsm, "b"): b}, name=self.name("w"), lease=1, wait=0.5)
         with Client(self.dsn) as client:
             waiting = client.insert(self.fsm, {"wait": True}, correlation_key=key)
             ids = client.insert_all(self.fsm, [{}, {"state": {"bad": True}}])
@@ -102,7 +102,7 @@ class SquatTest(ServerTest):
             return next_step("b") if ctx.step == "a" else done()
 
         worker = AsyncWorker(self.dsn, {(self.fsm, "a"): step, (self.fsm, "b"): step}, name=self.name("w"),
-                             lease=1, poll=0.5)
+                             lease=1, wait=0.5)
         async with await AsyncClient.connect(self.dsn) as client:
             ids = [await client.insert(self.fsm), *await client.insert_all(self.fsm, [{}, {}])]
             task = asyncio.create_task(worker.run(install_signal_handlers=False))

@@ -51,7 +51,7 @@ class TimeoutTest(ServerTest):
         with LogCapture() as logged:
             # One lane, one claim at a time (a deadline counts from the claim), a lease far longer
             # than the timeout: only the deadline can end an attempt.
-            with running(Worker(DSN, {(self.fsm, "call"): call}, queues=[self.queue], batch=1, lease=60, poll=0.2,
+            with running(Worker(DSN, {(self.fsm, "call"): call}, queues=[self.queue], batch=1, lease=60, wait=0.2,
                                 name=self.name("w"))):
                 self.settled()
         self.assertEqual(seen, [(0, 1, True), (1, 1, True), (0, 2, True)])
@@ -72,7 +72,7 @@ class TimeoutTest(ServerTest):
             return done({"n": state["n"]})
 
         async def serve():
-            worker = AsyncWorker(DSN, {(self.fsm, "call"): call}, queues=[self.queue], batch=1, lease=60, poll=0.2,
+            worker = AsyncWorker(DSN, {(self.fsm, "call"): call}, queues=[self.queue], batch=1, lease=60, wait=0.2,
                                  name=self.name("w"))
             task = asyncio.create_task(worker.run(install_signal_handlers=False))
             await asyncio.get_running_loop().run_in_executor(None, self.settled)
@@ -92,7 +92,7 @@ class TimeoutTest(ServerTest):
             ctx.cancelled.wait()
             threading.Event().wait()   # ignores it
 
-        worker = Worker(DSN, {(stuck, "call"): call}, queues=[self.queue], poll=0.2, drain_timeout=0.5,
+        worker = Worker(DSN, {(stuck, "call"): call}, queues=[self.queue], wait=0.2, drain_timeout=0.5,
                         name=self.name("w"))
         instance = self.client.insert(stuck, {})
         with LogCapture() as logged:

@@ -8,7 +8,6 @@ import unittest
 import psycopg
 
 from gen_durable import Client, Worker, done, next_step, retry, spawn, stop, wait_signal
-from gen_durable._core import NotifyWatch
 from support import DSN, LogCapture, ServerTest, running
 
 
@@ -33,7 +32,7 @@ class WorkerTest(ServerTest):
 
     def worker(self, handlers, **options):
         options.setdefault("queues", [self.queue, self.other_queue])
-        options.setdefault("poll", 0.5)
+        options.setdefault("wait", 0.5)
         options.setdefault("lease", 5)
         return Worker(DSN, handlers, name=self.name("w"), **options)
 
@@ -144,18 +143,18 @@ class WorkerTest(ServerTest):
         order = self.client.insert(self.fsm, {"n": 1})
         handlers = self.handlers()
         del handlers[(self.fsm, "pack")]
-        with LogCapture() as log, running(self.worker(handlers, poll=0.2)):
+        with LogCapture() as log, running(self.worker(handlers, wait=0.2)):
             self.until(lambda: any("no handler" in m for m in log.messages), message="the release")
         self.assertEqual(self.status(order), ("runnable", "pack", 1))
 
     def test_claims_only_steps_of_the_fsms_it_has_handlers_for(self):
         # Another FSM's steps on the same queue, ahead of these: a claim of any FSM's steps (a superuser's
-        # without fsms) would get them, hand them back and pause a poll, again and again.
+        # without fsms) would get them, hand them back and pause for `wait`, again and again.
         other = self.name("other")
         self.define(other, "pack", {"pack": None})
         others = self.client.insert_all(other, [{"priority": 10}] * 20)
         ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(20)])
-        with LogCapture() as log, running(self.worker(self.handlers(), batch=5, poll=30)):
+        with LogCapture() as log, running(self.worker(self.handlers(), batch=5, wait=30)):
             self.wait_all(ids, timeout=10)
         self.assertEqual([m for m in log.messages if "released" in m], [])
         self.assertEqual(self.db.execute("SELECT drained FROM gd.queue_stats WHERE queue = %s", [self.queue]
@@ -166,7 +165,7 @@ class WorkerTest(ServerTest):
         later = self.name("later")
         order = self.client.insert(self.fsm, {"n": 1})
         handlers = {**self.handlers(), (later, "work"): lambda state, ctx: done()}
-        with running(self.worker(handlers, poll=0.2)):
+        with running(self.worker(handlers, wait=0.2)):
             self.wait_all([order])
             self.define(later, "work", {"work": None})
             self.wait_all([self.client.insert(later)])
@@ -223,33 +222,24 @@ class WorkerTest(ServerTest):
             self.wait_all(more)
         self.assertTrue(any("reconnecting" in m for m in log.messages))
 
+    def test_a_claim_waits_in_the_server_until_work_commits_and_stop_cancels_it(self):
+        worker = self.worker(self.handlers(), wait=30)
+        with running(worker):
+            self.until(lambda: self.db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active'"
+                " AND query LIKE %s", [f"gd worker {self.name('w')}", "%gd_claim%"]).fetchone()[0] == 1,
+                message="the lane's claim waiting")
+            inserted = time.monotonic()
+            ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(3)])
+            self.wait_all(ids)
+            self.assertLess(time.monotonic() - inserted, 15, "woken by the commit, not at the end of its 30 s wait")
+            stopping = time.monotonic()
+        self.assertLess(time.monotonic() - stopping, 10, "stop() cancelled the waiting claim")
+
     def test_queues_default_to_those_the_steps_are_defined_on(self):
         worker = Worker(DSN, self.handlers(), name=self.name("w"))
         worker._resolve_queues()
         self.assertEqual(sorted(worker.queues), sorted([self.queue, self.other_queue]))
-
-
-class NotifyWatchTest(unittest.TestCase):
-    def test_warns_once_when_polls_find_work_and_listen_hears_nothing(self):
-        watch = NotifyWatch("w", listen_conninfo_given=False)
-        with LogCapture() as log:
-            watch.after_wait(notified=True, claimed=3)
-            watch.after_wait(notified=False, claimed=0)
-            watch.after_wait(notified=False, claimed=2)
-            watch.after_wait(notified=False, claimed=2)
-            self.assertEqual(log.messages, [])
-            watch.after_wait(notified=False, claimed=2)
-            watch.after_wait(notified=False, claimed=2)
-        self.assertEqual(len(log.messages), 1)
-        self.assertIn("listen_conninfo", log.messages[0])
-
-    def test_quiet_while_notifications_arrive(self):
-        watch = NotifyWatch("w", listen_conninfo_given=False)
-        watch.heard()
-        with LogCapture() as log:
-            for _ in range(10):
-                watch.after_wait(notified=False, claimed=1)
-        self.assertEqual(log.messages, [])
 
 
 if __name__ == "__main__":
