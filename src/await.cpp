@@ -76,16 +76,19 @@ GD_SQL_FUNCTION(gd_await_publish)
     PG_RETURN_VOID();
 }
 
-/* gd._await_sleep(milliseconds int): sleep until woken, the time passes, or a cancel. */
-GD_SQL_FUNCTION(gd_await_sleep)
+void gd_sleep_until_woken(int32 timeout_ms, uint32 wait_event)
 {
-    int32 timeout_ms = PG_GETARG_INT32(0);
     if (timeout_ms > 0) {
-        static uint32 awaiting = 0;
-        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms,
-                         gd_wait_event(awaiting, "GenDurableAwait"));
+        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, wait_event);
         ResetLatch(MyLatch);
     }
     CHECK_FOR_INTERRUPTS();
+}
+
+/* gd._await_sleep(milliseconds int): sleep until woken, the time passes, or a cancel. */
+GD_SQL_FUNCTION(gd_await_sleep)
+{
+    static uint32 awaiting = 0;
+    gd_sleep_until_woken(PG_GETARG_INT32(0), gd_wait_event(awaiting, "GenDurableAwait"));
     PG_RETURN_VOID();
 }

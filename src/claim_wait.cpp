@@ -21,10 +21,7 @@ extern "C" {
 #include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "pgstat.h"
-#include "storage/latch.h"
 #include "utils/builtins.h"
-#include "utils/wait_event.h"
 }
 
 namespace {
@@ -110,13 +107,7 @@ GD_SQL_FUNCTION(gd_claim_wait_publish)
 /* gd._claim_wait_sleep(milliseconds int): sleep until woken, the time passes, or a cancel. */
 GD_SQL_FUNCTION(gd_claim_wait_sleep)
 {
-    int32 timeout_ms = PG_GETARG_INT32(0);
-    if (timeout_ms > 0) {
-        static uint32 claiming = 0;
-        (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms,
-                         gd_wait_event(claiming, "GenDurableClaim"));
-        ResetLatch(MyLatch);
-    }
-    CHECK_FOR_INTERRUPTS();
+    static uint32 claiming = 0;
+    gd_sleep_until_woken(PG_GETARG_INT32(0), gd_wait_event(claiming, "GenDurableClaim"));
     PG_RETURN_VOID();
 }

@@ -23,6 +23,7 @@ struct StepDefinition {
     int max_attempts;
     int64 backoff_us;
     int64 max_backoff_us;
+    bool backoff_jitter;   /* a retry waits a random time between half and all of its backoff */
     int timeout_ms;        /* 0: no timeout */
     char rate_limit[NAMEDATALEN]; /* "" when the step names no rate limit */
     char queue[NAMEDATALEN];      /* "" when the step runs on its instance's queue */

@@ -150,6 +150,8 @@ void gd_wake_awaiters_at_commit(int64 instance_id);
 void gd_wake_reaper_at_commit();
 void gd_register_xact_callback();
 void gd_register_await_cleanup(); /* await.cpp */
+/* Sleep on this backend's latch until it is set, `timeout_ms` pass, or a cancel (await.cpp). */
+void gd_sleep_until_woken(int32 timeout_ms, uint32 wait_event);
 /* Wake the backends waiting in gd_claim for work of this queue (claim_wait.cpp; at commit, from notify.cpp). */
 void gd_wake_claimers(const char *queue);
 /* The session ran LISTEN, UNLISTEN or DISCARD (notify.cpp: NOTIFY gd_work only while someone listens). */

@@ -20,6 +20,7 @@
 
 extern "C" {
 #include "access/xact.h"
+#include "common/pg_prng.h"
 #include "utils/lsyscache.h"
 #include "funcapi.h"
 #include "utils/array.h"
@@ -884,6 +885,9 @@ Transition gd_retry_transition(const PickedInstance &row, const StepDefinition &
         for (int i = 0; i < doublings && delay_us < def.max_backoff_us; i++)
             delay_us *= 2;
         delay_us = Min(delay_us, def.max_backoff_us);
+        /* Equal jitter: retries of steps that failed together (an outage) do not all come back at once. */
+        if (def.backoff_jitter)
+            delay_us = delay_us / 2 + static_cast<int64>(pg_prng_double(&pg_global_prng_state) * (delay_us - delay_us / 2));
     }
     delay_us = Min(delay_us, MAX_DELAY_US);
     t.status = Status::runnable;

@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS gd._steps (
     timeout      interval CHECK (timeout > '0'),
     rate_limit   text,                 -- every run of the step takes a token from this limit
     queue        text REFERENCES gd._queues, -- the step runs on this queue; NULL: on its instance's
+    -- (Columns added by an update come last here too.)
+    backoff_jitter boolean NOT NULL DEFAULT true, -- a retry waits between half and all of its backoff
     PRIMARY KEY (fsm, version, step),
     FOREIGN KEY (fsm, version) REFERENCES gd._fsms ON DELETE CASCADE
 );

@@ -98,7 +98,8 @@ BEGIN
         PERFORM gd._bad_argument(format('the options of step %L must be a JSON object, got %s', step_name, options));
     END IF;
     SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(options) k
-     WHERE k NOT IN ('handler', 'max_attempts', 'backoff', 'max_backoff', 'timeout', 'rate_limit', 'queue');
+     WHERE k NOT IN ('handler', 'max_attempts', 'backoff', 'max_backoff', 'timeout', 'rate_limit', 'queue',
+                     'backoff_jitter');
     IF unknown IS NOT NULL THEN
         PERFORM gd._bad_argument(format('unknown option %s of step %L', unknown, step_name));
     END IF;
@@ -118,19 +119,19 @@ BEGIN
                                coalesce(gd._entry_cast(options, 'backoff', NULL::interval), '1s'),
                                coalesce(gd._entry_cast(options, 'max_backoff', NULL::interval), '5m'),
                                gd._entry_cast(options, 'timeout', NULL::interval), fsm_version, options->>'rate_limit',
-                               options->>'queue');
+                               options->>'queue', coalesce(gd._entry_cast(options, 'backoff_jitter', NULL::boolean), true));
 END $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,
                                            max_attempts int DEFAULT 3, backoff interval DEFAULT '1s',
                                            max_backoff interval DEFAULT '5m', timeout interval DEFAULT NULL,
                                            version int DEFAULT NULL, rate_limit text DEFAULT NULL,
-                                           queue text DEFAULT NULL)
+                                           queue text DEFAULT NULL, backoff_jitter boolean DEFAULT true)
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._define_step_as(caller oid, fsm text, step text, handler regprocedure, max_attempts int,
                                    backoff interval, max_backoff interval, timeout interval, version int,
-                                   rate_limit text, queue text)
+                                   rate_limit text, queue text, backoff_jitter boolean)
 RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -154,6 +155,9 @@ BEGIN
     END IF;
     PERFORM gd._check_interval(backoff, 'backoff'), gd._check_interval(max_backoff, 'max_backoff'),
             gd._check_interval(timeout, 'timeout');
+    IF backoff_jitter IS NULL THEN
+        PERFORM gd._bad_argument(format('backoff_jitter of step %L must be true or false, got NULL', step));
+    END IF;
     IF timeout < interval '1 millisecond' THEN
         PERFORM gd._bad_argument(format('timeout of step %L must be at least 1 millisecond, got %s', step, timeout));
     END IF;
@@ -174,23 +178,24 @@ BEGIN
     SELECT * INTO previous FROM gd._steps s
      WHERE s.fsm = fsm_row.name AND s.version = fsm_row.version AND s.step = _define_step_as.step;
     INSERT INTO gd._steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit,
-                                queue)
+                                queue, backoff_jitter)
     VALUES (fsm_row.name, fsm_row.version, step, handler::text, max_attempts, backoff, max_backoff, timeout, rate_limit,
-            queue)
+            queue, backoff_jitter)
     ON CONFLICT ON CONSTRAINT _steps_pkey DO UPDATE
        SET handler = excluded.handler, max_attempts = excluded.max_attempts, backoff = excluded.backoff,
            max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit,
-           queue = excluded.queue;
+           queue = excluded.queue, backoff_jitter = excluded.backoff_jitter;
     IF previous.step IS NOT NULL AND previous.queue IS DISTINCT FROM queue THEN
         PERFORM gd._move_step(fsm_row.name, fsm_row.version, step, queue);
     END IF;
 END $$;
 
 CREATE OR REPLACE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
-                                max_backoff interval, timeout interval, version int, rate_limit text, queue text)
+                                max_backoff interval, timeout interval, version int, rate_limit text, queue text,
+                                backoff_jitter boolean)
 RETURNS void LANGUAGE sql AS $$
     SELECT gd._define_step_as(gd._caller(), fsm, step, handler, max_attempts, backoff, max_backoff, timeout, version,
-                              rate_limit, queue)
+                              rate_limit, queue, backoff_jitter)
 $$;
 
 -- A handler is a plain function f(state jsonb, ctx gd.context) RETURNS

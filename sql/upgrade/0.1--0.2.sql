@@ -86,8 +86,9 @@ DELETE FROM gd._rate_buckets;
 ALTER TABLE gd._rate_buckets ADD COLUMN scope regrole NOT NULL, DROP CONSTRAINT _rate_buckets_pkey,
     ADD CONSTRAINT _rate_buckets_pkey PRIMARY KEY (scope, key);
 
--- Steps may run on queues of their own.
-ALTER TABLE gd._steps ADD COLUMN queue text REFERENCES gd._queues;
+-- Steps may run on queues of their own; their retries' backoff has jitter.
+ALTER TABLE gd._steps ADD COLUMN queue text REFERENCES gd._queues,
+    ADD COLUMN backoff_jitter boolean NOT NULL DEFAULT true;
 
 -- Grants take effect on what resolves without naming the FSM once the
 -- grantee accepts them; those made under 0.1 keep the effect they had.

@@ -5,8 +5,8 @@
 # workloads through every system on it, side by side:
 #
 #   systems  gen_durable in-database (handlers in PL/pgSQL, 2 executors),
-#            gen_durable external (a Node.js worker: LISTEN gd_work, gd_claim,
-#            gd_complete), pg-boss and graphile-worker (npm, Node.js workers),
+#            gen_durable external (a Node.js worker: gd_claim batches that wait in
+#            the server, gd_complete_all), pg-boss and graphile-worker (npm, Node.js workers),
 #            PgQ (Debian's postgresql-15-pgq3, a consumer loop in SQL driving
 #            its own ticks), DBOS Transact (npm, workflows in Node.js), and a
 #            hand-written SKIP LOCKED loop (the floor); and W1's work alone

@@ -87,6 +87,22 @@ show_log_tail() {
     tail -n 60 "$f"
 }
 
+# A suite that is one result: run the command ($3...), its output kept in
+# $WORK/NAME.out and its last $2 lines shown when it fails; counted as NAME ($1).
+one_result() {
+    local name=$1 lines=$2
+    shift 2
+    if "$@" >"$WORK/$name.out" 2>&1; then
+        PASSED=$((PASSED + 1))
+        echo "$name: 1 passed, 0 failed"
+    else
+        FAILED=$((FAILED + 1))
+        tail -n "$lines" "$WORK/$name.out"
+        echo "$name: 0 passed, 1 failed"
+        return 1
+    fi
+}
+
 # ---------------------------------------------------------------- bootstrap
 if ! gd_bootstrap_deps; then
     FAILED=$((FAILED + 1))
@@ -344,15 +360,7 @@ installcheck_suite() {
             PG_CONFIG="$GD_PG_CONFIG" PGHOST="$WORK" PGPORT="$port" PGUSER=postgres \
             REGRESS='001_setup 002_definitions' ISOLATION=signal_dedup PROVE_TESTS=test/t/000_smoke.pl
 }
-if installcheck_suite >"$WORK/installcheck.out" 2>&1; then
-    PASSED=$((PASSED + 1))
-    echo "installcheck: 1 passed, 0 failed"
-else
-    FAILED=$((FAILED + 1))
-    tail -n 40 "$WORK/installcheck.out"
-    show_log_tail "$WORK/installcheck_server.log"
-    echo "installcheck: 0 passed, 1 failed"
-fi
+one_result installcheck 40 installcheck_suite || show_log_tail "$WORK/installcheck_server.log"
 stop_leftover_servers
 
 # --------------------------------------------------------------------- package
@@ -401,13 +409,8 @@ package_suite() {
 reason=$(package_skip_reason)
 if [[ -n $reason ]]; then
     echo "package: skipped ($reason)"
-elif package_suite >"$WORK/package.out" 2>&1; then
-    PASSED=$((PASSED + 1))
-    echo "package: 1 passed, 0 failed"
 else
-    FAILED=$((FAILED + 1))
-    tail -n 60 "$WORK/package.out"
-    echo "package: 0 passed, 1 failed"
+    one_result package 60 package_suite || true
 fi
 
 echo

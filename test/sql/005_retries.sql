@@ -25,12 +25,12 @@ END $$;
 
 SELECT gd_define_fsm('r', initial => 'fail', queue => 'retries');
 SELECT gd_define_step('r', 'fail', 't.always_fails(jsonb, gd.context)'::regprocedure,
-                      max_attempts => 6, backoff => '10 seconds', max_backoff => '1 minute');
+                      max_attempts => 6, backoff => '10 seconds', max_backoff => '1 minute', backoff_jitter => false);
 SELECT gd_define_step('r', 'ask', 't.asks_retry(jsonb, gd.context)'::regprocedure, max_attempts => 3);
 SELECT gd_define_step('r', 'third', 't.succeeds_third_time(jsonb, gd.context)'::regprocedure, backoff => '0s');
 
 -- Each failed attempt is scheduled backoff * 2^(attempt-1) later, capped at max_backoff:
--- 10s, 20s, 40s, 60s, 60s, then the sixth attempt fails the instance.
+-- 10s, 20s, 40s, 60s, 60s, then the sixth attempt fails the instance (no jitter here).
 CREATE TABLE t.delays (attempt int, delay_s numeric);
 SELECT gd_insert('r') AS fail_id \gset
 DO $$
@@ -52,6 +52,20 @@ SELECT * FROM t.delays ORDER BY attempt;
 SELECT status, attempt, error->>'message' AS last_error, error->>'attempt' AS error_attempt
   FROM gd.instances WHERE id = :fail_id;
 SELECT count(*) AS rolled_back_attempts_in_ledger FROM t.ledger WHERE instance_id = :fail_id;
+
+-- With backoff_jitter (the default) a retry waits between half and all of
+-- its backoff: steps that failed together do not come back together.
+SELECT gd_define_fsm('jittered', initial => 'fail', queue => 'retries',
+                     steps => '{"fail": {"handler": "t.always_fails(jsonb, gd.context)", "backoff": "100 seconds"}}');
+SELECT backoff_jitter FROM gd.steps WHERE fsm = 'jittered';
+SELECT count(gd_insert('jittered')) AS inserted FROM generate_series(1, 20);
+SELECT gd._execute('retries', 20) AS ran;
+SELECT count(*) AS retried,
+       bool_and(eligible_at - updated_at BETWEEN interval '49 seconds' AND interval '100 seconds') AS half_to_all,
+       count(DISTINCT date_trunc('second', eligible_at)) > 1 AS spread
+  FROM gd.instances WHERE fsm = 'jittered' AND attempt = 2;
+UPDATE gd._instances SET status = 'cancelled' WHERE fsm = 'jittered';
+SELECT t.try($$SELECT gd_define_step('jittered', 'fail', 't.always_fails(jsonb, gd.context)'::regprocedure, backoff_jitter => NULL)$$);
 
 -- gd_retry with an explicit backoff overrides the step's; the error is the handler's own.
 SELECT gd_insert('r', '{"backoff": "3 minutes"}', step => 'ask') AS ask_id \gset

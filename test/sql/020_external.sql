@@ -14,7 +14,8 @@ BEGIN
 END $$;
 -- fetch (external) -> pack (in-database) -> ship (external)
 SELECT gd_define_fsm('xw', initial => 'fetch', queue => 'claims');
-SELECT gd_define_step('xw', 'fetch', max_attempts => 2, backoff => '10 minutes', max_backoff => '1 hour');
+SELECT gd_define_step('xw', 'fetch', max_attempts => 2, backoff => '10 minutes', max_backoff => '1 hour',
+                      backoff_jitter => false);
 SELECT gd_define_step('xw', 'pack', 't.pack(jsonb, gd.context)'::regprocedure);
 SELECT gd_define_step('xw', 'ship');
 
@@ -299,7 +300,7 @@ SELECT gd_heartbeat(:slow_id, :slow_token, '1 hour') AS kept;
 SELECT gd._reclaim_leases(100) AS reclaimed;
 COMMIT;
 SELECT status, attempt, error->>'kind' AS kind, error->>'message' AS message, error->>'worker' AS worker,
-       eligible_at > now() + interval '50 seconds' AS after_backoff
+       eligible_at > now() + interval '29 seconds' AS after_backoff   -- (1 minute, jittered)
   FROM gd.instances WHERE id = :slow_id;
 SELECT gd_complete(:slow_id, :slow_token, gd_done()) AS late_completion;
 -- Without a timeout there is no deadline; an in-database handler sees its own.

@@ -46,6 +46,22 @@ for my $kind (sort keys %expected)
 		 WHERE w.kind = '$kind' AND a.wait_event_type = 'Extension' AND a.wait_event = '$expected{$kind}'}),
 		"an idle $kind waits on $expected{$kind}");
 }
+# A claim waiting for work, in a session of its own: named while it waits,
+# back at the commit of work for its queue.
+$node->safe_psql('postgres', q{SELECT gd_define_fsm('smoke_ext', 'work', 'smoke', steps => '{"work": {}}')});
+my $claim = $node->background_psql('postgres');
+$claim->query_until(qr/waiting/, q{\echo waiting
+SELECT 'claimed ' || count(*) FROM gd_claim('smoke', 'smoke-worker', wait => '60 s');
+});
+my $claim_event = $named eq 't' ? 'GenDurableClaim' : 'Extension';
+ok( $node->poll_query_until('postgres', qq{
+		SELECT count(*) > 0 FROM pg_stat_activity
+		 WHERE query LIKE '%gd_claim%' AND pid <> pg_backend_pid()
+		   AND wait_event_type = 'Extension' AND wait_event = '$claim_event'}),
+	"a claim waiting for work waits on $claim_event");
+$node->safe_psql('postgres', q{SELECT gd_insert('smoke_ext')});
+like($claim->query_until(qr/claimed \d/, ''), qr/claimed 1/, 'the waiting claim took the work at its commit');
+$claim->quit;
 
 $node->stop;
 done_testing();

@@ -6,7 +6,8 @@
  *   node peers.js SYSTEM WORKLOAD N
  *
  *   SYSTEM    gdext     gen_durable's external-worker path: this file's own worker
- *                       (LISTEN gd_work, gd_claim batches, gd_complete)
+ *                       (gd_claim batches that wait in the server, gd_complete_all;
+ *                       BENCH_GDEXT_NOTIFY=1: claims woken by LISTEN gd_work instead)
  *             pgboss    pg-boss (boss.work, batches)
  *             graphile  graphile-worker (run(), local queue, batched completions)
  *             pgq       PgQ: CALL bench.pgq_consume (test/bench/peers.sql) on worker
@@ -51,7 +52,8 @@ const CONN = {
 const env = (name, dflt) => (process.env[name] !== undefined && process.env[name] !== '' ? process.env[name] : dflt);
 const KNOBS = {
   gdext: { lanes: +env('BENCH_GDEXT_LANES', 4), batch: +env('BENCH_GDEXT_BATCH', 128),
-           oneTransaction: env('BENCH_GDEXT_ONE_TRANSACTION', '0') === '1' },
+           oneTransaction: env('BENCH_GDEXT_ONE_TRANSACTION', '0') === '1',
+           notify: env('BENCH_GDEXT_NOTIFY', '0') === '1' },
   pgboss: { workers: +env('BENCH_PGBOSS_WORKERS', 2), batch: +env('BENCH_PGBOSS_BATCH', 1000),
             poolSize: +env('BENCH_PGBOSS_POOL', 10) },
   graphile: { concurrency: +env('BENCH_GRAPHILE_CONCURRENCY', 16),
@@ -122,7 +124,7 @@ class GdExt {
 
   async startWorkers(workload) {
     const k = KNOBS.gdext;
-    await this.listen();
+    if (k.notify) await this.listen();
     this.lanes = [];
     for (let i = 0; i < k.lanes; i++) {
       const lane = { c: await connect(`lane ${i}`) };
@@ -204,16 +206,18 @@ class GdExt {
     // (nothing to lease out: a crash rolls the claim back).  Otherwise the
     // claim commits first and the lease covers the work.
     if (k.oneTransaction) await c.query('BEGIN');
+    // Without NOTIFY, a claim that finds nothing waits in the server (1 s, so that a stop is quick).
     const { rows } = await c.query(
-      "SELECT id, fsm, step, state, lease_token::text AS token FROM gd_claim('ext', $1, $2)", [name, batch]);
+      "SELECT id, fsm, step, state, lease_token::text AS token FROM gd_claim('ext', $1, $2, wait => $3::interval)",
+      [name, batch, k.notify ? null : '1 second']);
     if (rows.length === 0) {
       if (k.oneTransaction) await c.query('COMMIT');
-      if (gen === this.generation && !this.stopping) await this.sleepUntilWoken(1000); // poll: a safety net only
+      if (k.notify && gen === this.generation && !this.stopping) await this.sleepUntilWoken(1000); // poll: a safety net
       return;
     }
     // The batch's effects and its completions commit together: a step's
     // effect in this database happens exactly once.
-    if (rows.length === batch) this.wakeOne();
+    if (k.notify && rows.length === batch) this.wakeOne();
     if (!k.oneTransaction) await c.query('BEGIN');
     const ids = [], tokens = [], kinds = [], steps = [], args = [];
     for (const r of rows) {
@@ -286,7 +290,7 @@ class GdExt {
     this.stopping = true;
     for (const w of [...this.wakers]) w();
     for (const l of this.lanes) { await l.done; await l.c.end().catch(() => {}); }
-    await this.listener.end();
+    if (this.listener) await this.listener.end();
   }
 }
 
