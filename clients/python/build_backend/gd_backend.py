@@ -1,11 +1,14 @@
 """A PEP 517 build backend for this one package, with the standard library
 only: a wheel is the gen_durable/ directory plus its metadata, read from
-pyproject.toml.  (pip installs it offline: no setuptools to fetch.)"""
+pyproject.toml.  (pip installs it offline: no setuptools to fetch.)  It runs
+on every Python the package supports (requires-python), so it reads the
+[project] table itself rather than with tomllib (3.11+): keys whose values
+are strings or arrays of strings, one to a line, all that table holds."""
 
+import ast
 import base64
 import hashlib
 import os
-import tomllib
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -13,8 +16,16 @@ PACKAGE = "gen_durable"
 
 
 def _project():
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        return tomllib.load(f)["project"]
+    project, table = {}, None
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("["):
+                table = line.strip("[]")
+            elif table == "project" and "=" in line and not line.startswith("#"):
+                key, value = (part.strip() for part in line.split("=", 1))
+                project[key] = ast.literal_eval(value)   # a TOML basic string or array of them is a Python literal
+    return project
 
 
 def _dist_name(project):
@@ -53,7 +64,7 @@ def _package_files():
     files = {}
     for directory, _, names in os.walk(os.path.join(ROOT, PACKAGE)):
         for name in sorted(names):
-            if name.endswith(".py"):
+            if name.endswith(".py") or name == "py.typed":
                 path = os.path.join(directory, name)
                 with open(path, "rb") as f:
                     files[os.path.relpath(path, ROOT).replace(os.sep, "/")] = f.read()
