@@ -1,4 +1,4 @@
-// The external 'charge' step of examples/shop.sql, in Node.js (clients/node installed: npm install ./clients/node):
+// The external 'charge' step of examples/shop.sql, in Node.js (the client installed: clients/node/README.md):
 //
 //   node examples/shop_worker.js 'postgresql://app@localhost/app'
 const { Worker, nextStep, retry, stop } = require('gen-durable');

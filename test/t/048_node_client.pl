@@ -24,12 +24,20 @@ while (my ($verdict, $name) = splice(@results, 0, 2))
 }
 like($out, qr/^# fail 0$/m, 'the JavaScript suite passed') or diag $out;
 
-# The example (examples/shop.sql, examples/shop_worker.js), its require('gen-durable') resolved to clients/node.
-my $modules = $node->basedir . '/node_modules';
-mkdir $modules or die "mkdir $modules: $!";
-symlink($client, "$modules/gen-durable") or die "symlink: $!";
+# The example (examples/shop.sql, examples/shop_worker.js) in an application
+# of its own that installed the client as the README says (npm pack, npm
+# install of the tarball): its dependencies come with it.
+my $app = $node->basedir . '/app';
+mkdir $app or die "mkdir $app: $!";
+PostgreSQL::Test::Utils::append_to_file("$app/package.json", '{"name": "shop-app", "private": true}');
+my ($packed) = run_command([ 'npm', 'pack', '--silent', '--pack-destination', $app, $client ]);
+chomp $packed;
+like($packed, qr/^gen-durable-[\d.]+\.tgz$/, 'npm pack makes the client\'s tarball');
+($out, $err) = run_command([ 'npm', 'install', '--prefix', $app, '--no-audit', '--no-fund', '--loglevel=error', "$app/$packed" ]);
+ok(-d "$app/node_modules/pg" && -f "$app/node_modules/gen-durable/lib/index.js",
+	'installed into the application with its dependency pg') or diag "$out\n$err";
 {
-	local $ENV{NODE_PATH} = $modules;
+	local $ENV{NODE_PATH} = "$app/node_modules";
 	is(GdTest::run_shop_example($node, 'node', GdTest::project_file("examples/shop_worker.js"), $ENV{GD_TEST_DSN}),
 		qq{done {"paid": 5}\ndone {"paid": 7}\nfailed stop\nreceipts 2},
 		'the shop example in Node.js: two orders paid (one on its second attempt), one stopped');
