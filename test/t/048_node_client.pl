@@ -1,6 +1,8 @@
-# The Node.js client (clients/node, with npm's pg from its package-lock.json,
-# installed by check.sh): its own test suite (clients/node/test, node:test)
-# runs against a cluster, each JavaScript test one assertion here.
+# The Node.js client (clients/node, with npm's pg, TypeScript and the types
+# from its package-lock.json, installed by check.sh): its own test suite
+# (clients/node/test, node:test) runs against a cluster, each JavaScript test
+# one assertion here; then its install into an application, its ES module
+# face and its TypeScript declarations.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -36,6 +38,16 @@ like($packed, qr/^gen-durable-[\d.]+\.tgz$/, 'npm pack makes the client\'s tarba
 ($out, $err) = run_command([ 'npm', 'install', '--prefix', $app, '--no-audit', '--no-fund', '--loglevel=error', "$app/$packed" ]);
 ok(-d "$app/node_modules/pg" && -f "$app/node_modules/gen-durable/lib/index.js",
 	'installed into the application with its dependency pg') or diag "$out\n$err";
+# As an ES module too, by name.
+PostgreSQL::Test::Utils::append_to_file("$app/esm.mjs", q{
+import { Client, Worker, nextStep } from 'gen-durable';
+console.log(typeof Client, typeof Worker, nextStep('b').kind);
+});
+($out, $err) = run_command([ 'node', "$app/esm.mjs" ]);
+is($out, 'function function next', 'imported as an ES module') or diag $err;
+# The TypeScript declarations, checked against the typed example (tsc from npm, the client's devDependencies).
+($out, $err) = run_command([ "$client/node_modules/.bin/tsc", '-p', "$client/test/types" ]);
+is($out . $err, '', 'tsc --noEmit: the typed example checks against lib/index.d.ts');
 {
 	local $ENV{NODE_PATH} = "$app/node_modules";
 	is(GdTest::run_shop_example($node, 'node', GdTest::project_file("examples/shop_worker.js"), $ENV{GD_TEST_DSN}),

@@ -1,0 +1,119 @@
+// Types of gen-durable (lib/index.js), checked by test/types (tsc --noEmit in `make check`).
+import type { Client as PgClient, ClientConfig } from 'pg';
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type State = { [key: string]: Json };
+/** Seconds. */
+export type Seconds = number;
+
+/** What a step returns: build it with the functions below. */
+export interface Outcome {
+  readonly kind: 'next' | 'retry' | 'wait_signal' | 'spawn' | 'done' | 'stop';
+}
+
+export function nextStep(step: string, state?: State | null, delay?: Seconds): Outcome;
+export function retry(error?: Json, backoff?: Seconds): Outcome;
+export function waitSignal(names: Iterable<string>,
+  options?: { timeout?: Seconds; thenStep?: string; state?: State }): Outcome;
+export function spawn(children: Iterable<InsertOptions & { fsm: string }>, thenStep: string, state?: State): Outcome;
+export function done(result?: Json): Outcome;
+export function stop(error?: Json): Outcome;
+
+export interface InsertOptions {
+  state?: State;
+  step?: string;
+  queue?: string;
+  priority?: number;
+  concurrencyKey?: string;
+  correlationKey?: string;
+  correlationScope?: string[];
+  rateLimit?: string;
+  weight?: number;
+  eligibleAt?: Date | string;
+  scheduleIn?: Seconds;
+  onDuplicate?: 'error' | 'existing' | 'skip';
+  traceContext?: string;
+}
+
+export type Status = 'runnable' | 'executing' | 'awaiting_signal' | 'awaiting_children' | 'done' | 'failed'
+  | 'cancelled';
+
+export interface Settled {
+  status: Status | 'busy';
+  step: string;
+  attempt: number;
+  result: Json;
+  error: Json;
+}
+
+export interface Instance {
+  id: number; fsm: string; version: number; step: string; status: Status; state: State; attempt: number;
+  result: Json; error: Json; correlationKey: string | null; queue: string; parentId: number | null;
+  createdAt: Date; updatedAt: Date; finishedAt: Date | null;
+}
+
+export class Client {
+  constructor(client: PgClient, options?: { own?: boolean; apiSchema?: string | null });
+  static connect(config?: string | ClientConfig,
+    options?: { pooler?: boolean; apiSchema?: string | null }): Promise<Client>;
+  readonly client: PgClient;
+  end(): Promise<void>;
+  insert(fsm: string, state?: State, options?: Omit<InsertOptions, 'state'>): Promise<number | null>;
+  insertAll(fsm: string, entries: Iterable<InsertOptions>): Promise<number[]>;
+  signal(target: number | string, name: string, payload?: Json,
+    options?: { dedupKey?: string | null; missingOk?: boolean }): Promise<boolean | null>;
+  wait(id: number, options?: { timeout?: Seconds; until?: 'settled' | 'terminal' }): Promise<Settled>;
+  cancel(id: number, reason?: string | null): Promise<boolean>;
+  retry(id: number): Promise<boolean>;
+  get(id: number): Promise<Instance | null>;
+  drain(queue: string, options?: { withScheduled?: boolean; maxSteps?: number }): Promise<number>;
+}
+
+/** What a handler is told (gd.context), and the connection whose transaction commits its outcome. */
+export interface Context {
+  id: number;
+  fsm: string;
+  version: number;
+  step: string;
+  attempt: number;
+  correlationKey: string | null;
+  signals: { name: string; payload: Json; dedup_key: string | null; delivered_at: string }[];
+  children: { id: number; fsm: string; status: Status; result: Json; error: Json }[];
+  timedOut: boolean;
+  queue: string;
+  traceContext: string | null;
+  /** The same on every attempt of this visit of the step: key external effects by it. */
+  idempotencyKey: string;
+  /** When the step's timeout ends this attempt; null without a timeout. */
+  deadline: Date | null;
+  /** Aborted when the step ends without the handler (its deadline, or the drain's limit). */
+  signal: AbortSignal;
+  connection: PgClient;
+}
+
+export type Handler = (state: State, ctx: Context) => Outcome | Promise<Outcome>;
+
+export interface WorkerOptions {
+  handlers?: { [fsmSlashStep: string]: Handler };
+  queues?: string[] | null;
+  concurrency?: number;
+  batch?: number;
+  lease?: Seconds;
+  wait?: Seconds;
+  drainTimeout?: Seconds;
+  name?: string | null;
+  pooler?: boolean | null;
+  apiSchema?: string | null;
+  log?: { info(message: string): void; warn(message: string): void };
+}
+
+export class Worker {
+  constructor(config?: string | ClientConfig, options?: WorkerOptions);
+  step(fsm: string, step: string, handler: Handler): this;
+  run(options?: { signals?: boolean }): Promise<void>;
+  stop(): void;
+}
+
+export function connect(config?: string | ClientConfig,
+  options?: { pooler?: boolean; applicationName?: string }): Promise<{ client: PgClient; pooler: boolean }>;
+export function behindPooler(reachedPort: string | number | null, serverPort: string | number): boolean;

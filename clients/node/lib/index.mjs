@@ -1,0 +1,7 @@
+// The ES module face of gen-durable: the CommonJS module's exports, by name.
+import gd from './index.js';
+
+export const {
+  Client, Worker, connect, behindPooler, nextStep, retry, waitSignal, spawn, done, stop,
+} = gd;
+export default gd;

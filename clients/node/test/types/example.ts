@@ -1,0 +1,32 @@
+// The README's client and worker, typed: `tsc -p test/types` (048) checks
+// lib/index.d.ts against the way it is meant to be used.
+import { Client, Worker, nextStep, retry, done, waitSignal, spawn, stop, type Context, type State } from 'gen-durable';
+
+declare const psp: { charge(amount: number, options: { idempotencyKey: string; signal: AbortSignal }): Promise<string> };
+
+async function main(): Promise<void> {
+  const client = await Client.connect('postgresql://app@localhost/app');
+  const order = await client.insert('checkout', { sku: 'tea' }, { correlationKey: 'order-1001' });
+  await client.signal('order-1001', 'payment_confirmed', { amount: 12.5 }, { dedupKey: 'psp-evt-981' });
+  if (order !== null) {
+    const { status, result } = await client.wait(order, { timeout: 10, until: 'terminal' });
+    console.log(status, result);
+  }
+  await client.end();
+
+  const worker = new Worker('postgresql://app@localhost/app', { queues: ['payments'], concurrency: 4, wait: 5 });
+  worker.step('checkout', 'charge', async (state: State, ctx: Context) => {
+    const amount = typeof state.amount === 'number' ? state.amount : 0;
+    if (amount <= 0) return stop({ reason: 'nothing to charge' });
+    if (ctx.deadline !== null && ctx.attempt > 2) return retry({ reason: 'slow provider' }, 30);
+    const ref = await psp.charge(amount, { idempotencyKey: ctx.idempotencyKey, signal: ctx.signal });
+    await ctx.connection.query('INSERT INTO shop.payments VALUES ($1, $2)', [ctx.id, ref]);
+    return nextStep('receipt', { ...state, paymentRef: ref });
+  });
+  worker.step('checkout', 'receipt', () => waitSignal(['delivered'], { timeout: 86400, thenStep: 'close' }));
+  worker.step('checkout', 'close', () => spawn([{ fsm: 'survey', state: { order: 1 } }], 'end'));
+  worker.step('checkout', 'end', () => done({ closed: true }));
+  await worker.run();
+}
+
+void main();
