@@ -59,6 +59,7 @@ GD_PACKAGES+=(
     perl                      # prove / TAP::Harness
     libipc-run-perl           # PostgreSQL::Test::Utils needs IPC::Run
     python3-psycopg           # the Python client (clients/python), run by TAP tests
+    mypy                      # which checks its types (047)
     python3-venv              # its installation test (pip install into a venv)
     pgbouncer                 # the connection pooler test (049_poolers)
     prometheus-postgres-exporter  # the Prometheus example's test (052_prometheus)

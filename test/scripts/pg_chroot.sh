@@ -123,7 +123,7 @@ GD_CHROOT_MARKER=.gen_durable-chroot
 GD_CHROOT_PACKAGES=(
     postgresql-@M@ postgresql-client-@M@ postgresql-server-dev-@M@ postgresql-@M@-plproxy
     libboost-dev g++ make perl libipc-run-perl
-    python3-psycopg python3-venv
+    python3-psycopg python3-venv mypy
     pgbouncer prometheus-postgres-exporter libyaml-tiny-perl
     python3-starlette python3-uvicorn python3-jinja2 python3-psycopg-pool python3-multipart python3-httpx
     python3-python-multipart

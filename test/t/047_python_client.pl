@@ -13,7 +13,7 @@ my $client = GdTest::project_file("clients/python");
 my $node = GdTest::start_node('python_client', 'gen_durable.queues' => 'default:1, shop:1');
 $node->safe_psql('postgres', 'CREATE EXTENSION gen_durable');
 
-# Debian's psycopg comes from the system's site packages.
+# Debian's psycopg (and mypy) come from the system's site packages.
 my $venv = $node->basedir . '/venv';
 my ($out, $err) = run_command(['/usr/bin/python3', '-m', 'venv', '--system-site-packages', $venv]);
 ok(-x "$venv/bin/pip", 'a virtual environment') or diag $err;
@@ -23,6 +23,15 @@ like($out, qr/Successfully installed gen-durable-0\.2\.0/, 'pip install ./client
 ($out, $err) = run_command([ "$venv/bin/python", '-c', 'import gen_durable; print(gen_durable.__file__)' ]);
 like($out, qr/^\Q$venv\E\/lib\/python3[.0-9]*\/site-packages\/gen_durable\/__init__\.py$/m,
 	'the installed package is the one imported') or diag $err;
+
+# Its types (py.typed), as an application's type checker sees the installed package: the package itself,
+# and the typed example of the README's client and worker (mypy, Debian's; run by the venv's Python).
+foreach my $target ([ '-p', 'gen_durable' ], [ "$client/tests/types/example.py" ])
+{
+	($out, $err) = run_command([ "$venv/bin/python", '-m', 'mypy', '--config-file', "$client/pyproject.toml",
+		'--cache-dir', $node->basedir . '/mypy_cache', @$target ]);
+	like($out, qr/^Success: no issues found in \d+ source files?$/m, "mypy @$target") or diag "$out\n$err";
+}
 
 # The suite, on the installed package (its directory is not the source's).
 local $ENV{GD_TEST_DSN} = $node->connstr('postgres');

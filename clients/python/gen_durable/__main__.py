@@ -15,6 +15,8 @@ from .worker import Worker, run_workers
 
 def load_handlers(path):
     spec = importlib.util.spec_from_file_location("gd_handlers", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"gen_durable: cannot load handlers from {path} (a Python file defining HANDLERS)")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.HANDLERS

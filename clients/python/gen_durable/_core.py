@@ -113,6 +113,13 @@ QUEUES_OF_STEPS = ("SELECT DISTINCT coalesce(s.queue, f.queue) FROM gd.steps s"
 # The port the server listens on, to compare with the one the client reached.
 SERVER_PORT = "SELECT pg_catalog.current_setting('port')"
 
+
+def only_row(row: Optional[Sequence[Any]]) -> Sequence[Any]:
+    """The row of a statement that always returns one (an API call, SERVER_PORT)."""
+    if row is None:
+        raise psycopg.InterfaceError("gen_durable: the statement returned no row")
+    return row
+
 CHANNEL = "gd_work"
 INVALID_PARAMETER_VALUE = "22023"
 
@@ -127,7 +134,7 @@ def insert_parameters(fsm: str, state: Optional[Mapping], options: Mapping[str, 
                               "rate_limit", "weight", "eligible_at", "schedule_in", "on_duplicate", "trace_context"}
     if unknown:
         raise TypeError(f"unknown insert options: {', '.join(sorted(unknown))}")
-    parameters = dict(step=None, queue=None, priority=0, concurrency_key=None, correlation_key=None,
+    parameters: Dict[str, Any] = dict(step=None, queue=None, priority=0, concurrency_key=None, correlation_key=None,
                       correlation_scope=None, rate_limit=None, weight=1, eligible_at=None, schedule_in=None,
                       on_duplicate="error", trace_context=None)
     parameters.update(options)
@@ -247,8 +254,12 @@ class Handlers:
             return handler
         return decorate
 
-    def find(self, claim: Claim) -> Optional[Handler]:
-        return self._by_step.get((claim.fsm, claim.step))
+    def find(self, claim: Claim) -> Handler:
+        """The claim's handler (split keeps the claims that have one)."""
+        return self._by_step[(claim.fsm, claim.step)]
+
+    def handles(self, claim: Claim) -> bool:
+        return (claim.fsm, claim.step) in self._by_step
 
     def steps(self):
         return sorted(self._by_step)
@@ -264,7 +275,7 @@ class Handlers:
 
     def split(self, claims: Sequence["Claim"]):
         """The claims this worker has handlers for, and the others."""
-        return [c for c in claims if self.find(c) is not None], [c for c in claims if self.find(c) is None]
+        return [c for c in claims if self.handles(c)], [c for c in claims if not self.handles(c)]
 
     def no_queues(self):
         return ValueError(f"none of the steps {self.steps()} is defined: give the worker its queues")
@@ -365,7 +376,7 @@ class Backoff:
 
 # -- poolers ---------------------------------------------------------------------------
 
-def behind_pooler(reached_port: Optional[str], server_port: str) -> bool:
+def behind_pooler(reached_port: Optional[int], server_port: str) -> bool:
     """A pooler (or another proxy) sits between us when the server does not
     listen on the port the client reached.  Only a heuristic: a port mapped
     by a container says the same, and costs nothing but prepared statements."""
@@ -396,7 +407,7 @@ class WorkerSettings:
             raise ValueError("wait must be between 0 and 3600 seconds")
         self.conninfo = conninfo
         self.handlers = Handlers(handlers)
-        self.queues = list(queues) if queues else None
+        self.queues: List[str] = list(queues) if queues else []   # empty: the queues of the steps, found at run
         self.concurrency = concurrency
         self.batch = batch
         self.lease = lease

@@ -31,7 +31,7 @@ async def connect(conninfo: str = "", pooler: Optional[bool] = None,
     connection = await psycopg.AsyncConnection.connect(conninfo, **_core.connection_options(bool(pooler)), **options)
     if pooler is None:
         cursor = await connection.execute(_core.SERVER_PORT)
-        pooler = _core.behind_pooler(connection.info.port, (await cursor.fetchone())[0])
+        pooler = _core.behind_pooler(connection.info.port, _core.only_row(await cursor.fetchone())[0])
         if pooler:
             connection.prepare_threshold = None
     return connection, pooler
@@ -78,7 +78,7 @@ class AsyncClient:
 
     async def _one(self, sql: str, parameters) -> Any:
         cursor = await self.connection.execute(sql, parameters)
-        return (await cursor.fetchone())[0]
+        return _core.only_row(await cursor.fetchone())[0]
 
     async def insert(self, fsm: str, state: Optional[Mapping] = None, **options) -> Optional[int]:
         return await self._one((await self._sql()).insert, _core.insert_parameters(fsm, state, options))
@@ -94,7 +94,7 @@ class AsyncClient:
 
     async def wait(self, instance_id: int, timeout: Seconds = 5, until: str = "settled") -> Settled:
         cursor = await self.connection.execute((await self._sql()).wait, [instance_id, interval(timeout), until])
-        return Settled(*(await cursor.fetchone()))
+        return Settled(*_core.only_row(await cursor.fetchone()))
 
     async def cancel(self, instance_id: int, reason: Optional[str] = None) -> bool:
         return await self._one((await self._sql()).cancel, [instance_id, reason])
@@ -114,16 +114,19 @@ class AsyncClient:
 class AsyncWorker(_core.WorkerSettings):
     """gen_durable.worker.Worker for asyncio: lanes are tasks, each with its own connection."""
 
+    # made by run(), in its event loop (an Event made earlier would belong to another loop on Python 3.9)
+    _stopping: asyncio.Event
+    _drain_expired: asyncio.Event
+
     def __init__(self, *args, **settings):
         super().__init__(*args, **settings)
-        self._stopping: Optional[asyncio.Event] = None
-        self._drain_expired: Optional[asyncio.Event] = None
+        self._running = False
         self._waiting_claims: set = set()   # the lanes' claims waiting in the server (_WaitingClaim)
 
     def stop(self):
         """Drain and stop (call it in the worker's event loop, or via its signal handlers): no new claims; the
         batches in hand finish, their handlers within drain_timeout seconds."""
-        if self._stopping is not None:
+        if self._running:
             if not self._stopping.is_set():
                 asyncio.get_running_loop().call_later(self.drain_timeout, self._drain_expired.set)
             self._stopping.set()
@@ -135,6 +138,7 @@ class AsyncWorker(_core.WorkerSettings):
             raise ValueError("the worker has no handlers")
         self._stopping = asyncio.Event()
         self._drain_expired = asyncio.Event()
+        self._running = True
         if not self.queues:
             connection, _ = await self._connect()
             async with connection:
@@ -317,7 +321,7 @@ class AsyncWorker(_core.WorkerSettings):
     async def _complete_one(self, connection, claim: Claim, outcome: Outcome) -> bool:
         cursor = await connection.execute((await self._sql(connection)).complete,
                                           [claim.id, claim.token, jsonb(outcome)])
-        return (await cursor.fetchone())[0]
+        return _core.only_row(await cursor.fetchone())[0]
 
     async def _release(self, connection, claims: List[Claim], why: str):
         for claim in claims:
@@ -338,7 +342,7 @@ class AsyncWorker(_core.WorkerSettings):
                         for claim_id, token in list(self._in_hand.items()):
                             cursor = await connection.execute((await self._sql(connection)).heartbeat,
                                                               [claim_id, token, interval(self.lease)])
-                            if not (await cursor.fetchone())[0] and claim_id in self._in_hand:
+                            if not _core.only_row(await cursor.fetchone())[0] and claim_id in self._in_hand:
                                 self._lost.add(claim_id)
             except psycopg.OperationalError as e:
                 delay = backoff.delay()

@@ -17,7 +17,7 @@ def connect(conninfo: str = "", pooler: Optional[bool] = None, **options) -> "tu
     or seen: the server does not listen on the port reached)."""
     connection = psycopg.connect(conninfo, **_core.connection_options(bool(pooler)), **options)
     if pooler is None:
-        server_port = connection.execute(_core.SERVER_PORT).fetchone()[0]
+        server_port = _core.only_row(connection.execute(_core.SERVER_PORT).fetchone())[0]
         pooler = _core.behind_pooler(connection.info.port, server_port)
         if pooler:
             connection.prepare_threshold = None
@@ -44,7 +44,7 @@ class Client:
                  pooler: Optional[bool] = None, api_schema: Optional[str] = None):
         self.api_schema = _core.api_schema_option(api_schema)
         self._own = connection is None
-        self.connection = connect(conninfo, pooler)[0] if self._own else connection
+        self.connection: psycopg.Connection = connection if connection is not None else connect(conninfo, pooler)[0]
 
     def close(self):
         if self._own:
@@ -64,7 +64,7 @@ class Client:
         return statements(self.connection, self.api_schema)
 
     def _one(self, sql: str, parameters) -> Any:
-        return self.connection.execute(sql, parameters).fetchone()[0]
+        return _core.only_row(self.connection.execute(sql, parameters).fetchone())[0]
 
     def insert(self, fsm: str, state: Optional[Mapping] = None, **options) -> Optional[int]:
         """gd_insert: the new instance's id (options by name: step, queue, priority, concurrency_key,
@@ -88,7 +88,7 @@ class Client:
         """gd_await: where the instance is once it settles (until='settled': parked, ended) or ends
         (until='terminal'), or at the timeout."""
         row = self.connection.execute(self._sql().wait, [instance_id, interval(timeout), until]).fetchone()
-        return Settled(*row)
+        return Settled(*_core.only_row(row))
 
     def cancel(self, instance_id: int, reason: Optional[str] = None) -> bool:
         return self._one(self._sql().cancel, [instance_id, reason])

@@ -276,8 +276,8 @@ class Worker(_core.WorkerSettings):
         return completed
 
     def _complete_one(self, connection: psycopg.Connection, claim: Claim, outcome: Outcome) -> bool:
-        return connection.execute(self._sql(connection).complete,
-                                  [claim.id, claim.token, _core.jsonb(outcome)]).fetchone()[0]
+        return _core.only_row(connection.execute(self._sql(connection).complete,
+                                                 [claim.id, claim.token, _core.jsonb(outcome)]).fetchone())[0]
 
     def _release(self, connection: psycopg.Connection, claims: List[Claim], why: str):
         for claim in claims:
@@ -301,8 +301,8 @@ class Worker(_core.WorkerSettings):
                         with self._lock:
                             in_hand = list(self._in_hand.items())
                         for claim_id, token in in_hand:
-                            kept = connection.execute(self._sql(connection).heartbeat,
-                                                      [claim_id, token, interval(self.lease)]).fetchone()[0]
+                            kept = _core.only_row(connection.execute(self._sql(connection).heartbeat,
+                                                                     [claim_id, token, interval(self.lease)]).fetchone())[0]
                             if not kept:
                                 with self._lock:
                                     if claim_id in self._in_hand:
