@@ -289,41 +289,100 @@ OVERRAN = "overran"       # its deadline passed: not completed, the engine ends 
 ABANDONED = "abandoned"   # the drain's limit passed: handed back
 
 
-class Ended(Exception):
-    """Raised in a lane to roll back a step that ended without its handler (`how`: OVERRAN or ABANDONED)."""
-
-    def __init__(self, how: str):
-        super().__init__(how)
-        self.how = how
-
-
 class StepEnded(Exception):
     """A handler used its connection after its step ended without it."""
 
 
-class StepConnection:
+class StepConnectionBase:
     """ctx.connection in a worker: the lane's connection, the handler's while
-    its step runs.  Once the step has ended without it (past its deadline, or
-    the drain's limit) the lane has moved on, and it refuses to be used."""
+    its step runs.  The handler runs outside any transaction: the step's
+    transaction begins at its first statement through ctx.connection
+    (execute, cursor, transaction), and the lane ends it with the step's
+    outcome (gd_complete, then COMMIT), so what the handler wrote commits
+    with its outcome, once, and a handler that only calls the network holds
+    no transaction.  Committing, rolling back and closing are the lane's.
+    Once the step has ended without its handler (past its deadline, or the
+    drain's limit) the lane has moved on, and it refuses to be used."""
 
     def __init__(self, connection):
         self._connection = connection
         self._ended = False
-
-    def end(self):
-        self._ended = True
+        self.began = False   # the step's transaction (the lane commits or rolls it back)
 
     def __getattr__(self, name):
+        connection = self._usable()
+        if name in _THE_LANES:
+            raise psycopg.ProgrammingError(f"gen_durable: {name}() is the worker's: the step's writes commit "
+                                           "with its outcome")
+        return getattr(connection, name)
+
+    def _usable(self):
         if self._ended:
             raise StepEnded("gen_durable: this step has ended (past its deadline, or its worker stopped): "
                             "its connection is no longer the handler's")
-        return getattr(self._connection, name)
+        return self._connection
+
+
+class StepConnection(StepConnectionBase):
+    """StepConnectionBase for the blocking worker, whose handlers run in threads of their own."""
+
+    def __init__(self, connection):
+        super().__init__(connection)
+        self._lock = threading.Lock()
+
+    def end(self):
+        """The step ended without its handler: refuse it the connection from now on, and cancel a statement
+        of its still running (the lane rolls the step's transaction back next, once that has returned)."""
+        self._ended = True
+        while not self._lock.acquire(timeout=0.1):   # a statement of the handler's is in flight
+            cancel_running_query(self._connection)
+        self._lock.release()
+
+    # Each holds the lock while it runs: end() waits for it, so no statement of the handler's runs after.
+    def execute(self, *args, **kwargs):
+        with self._lock:
+            return self._begun().execute(*args, **kwargs)
+
+    def cursor(self, *args, **kwargs):
+        with self._lock:
+            return self._begun().cursor(*args, **kwargs)
+
+    def transaction(self, *args, **kwargs):
+        """A savepoint in the step's transaction."""
+        with self._lock:
+            return self._begun().transaction(*args, **kwargs)
+
+    def _begun(self):
+        connection = self._usable()
+        if not self.began:
+            connection.execute("BEGIN")
+            self.began = True
+        return connection
+
+
+_THE_LANES = frozenset({"commit", "rollback", "close", "set_autocommit"})
 
 
 def cancel_running_query(connection):
     """Cancel what a handler left running on the lane's connection, so that the lane can roll it back."""
     if connection.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
         connection.cancel()
+
+
+def aborted(connection) -> bool:
+    """A statement of the handler's failed in the step's transaction (and it went on)."""
+    return connection.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+
+
+def aborted_step(worker: str) -> Outcome:
+    return retry({"message": "a statement of the handler failed and its transaction was aborted", "worker": worker})
+
+
+def note_lost_leases(claims: Sequence[Claim], completed: Sequence[bool], worker: str):
+    lost = [c.id for c, ok in zip(claims, completed) if not ok]
+    if lost:
+        log.warning("worker %s: the leases of instances %s were lost (reclaimed: the steps run again); their "
+                    "outcomes and writes were not kept", worker, lost)
 
 
 def ended_early(claim: Claim, ended: str, worker: str):
@@ -390,10 +449,6 @@ def connection_options(pooler: bool) -> Dict[str, Any]:
     return {"autocommit": True, "prepare_threshold": None if pooler else 5}
 
 
-class LeaseLost(Exception):
-    """A claim of the batch in hand was reclaimed: the batch's writes are rolled back."""
-
-
 class WorkerSettings:
     """What Worker and AsyncWorker are given (see worker.py for each setting)."""
 
@@ -417,7 +472,6 @@ class WorkerSettings:
         self.api_schema = api_schema_option(api_schema)
         self.drain_timeout = drain_timeout
         self._in_hand: Dict[int, int] = {}       # claim id -> lease token, for the heartbeat
-        self._lost: set = set()
 
     def step(self, fsm: str, step: str):
         """Decorator: run this function for `step` of `fsm`."""

@@ -1,9 +1,10 @@
 """The client and the worker for asyncio: the same calls and the same
 behaviour as gen_durable.client and gen_durable.worker (read those for what
 they do), on psycopg's AsyncConnection.  Handlers of an AsyncWorker are
-coroutine functions (`async def`), given ctx.connection, an
-AsyncConnection in the batch's transaction; a plain function is called as it
-is, blocking the loop while it runs.
+coroutine functions (`async def`), given ctx.connection, the lane's
+AsyncConnection whose first statement begins the step's transaction (see
+StepConnectionBase); a plain function is called as it is, blocking the loop
+while it runs.
 
     async with await AsyncClient.connect("dbname=app") as client:
         order_id = await client.insert("checkout", {"sku": "tea"})
@@ -11,6 +12,7 @@ is, blocking the loop while it runs.
 """
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import signal
@@ -232,88 +234,105 @@ class AsyncWorker(_core.WorkerSettings):
             if unhandled:
                 await self._release(connection, unhandled, "this worker has no handler for them")
                 await self._sleep(self.wait)
-        except _core.LeaseLost as lost:
-            log.warning("worker %s: %s; the batch was rolled back", self.name, lost)
-            await self._release(connection, [c for c in handled if c.id not in self._lost],
-                                "their batch was rolled back")
         finally:
             for c in claims:
                 self._in_hand.pop(c.id, None)
-                self._lost.discard(c.id)
 
     async def _run_and_complete(self, connection, claims: List[Claim]):
-        async with connection.transaction():
-            ran, outcomes = [], []
-            next_ = 0
-            while next_ < len(claims) and not self._stopping.is_set():   # draining: the rest go back unrun
-                outcome = await self._call(connection, claims[next_])
-                if outcome == _core.ABANDONED:
-                    break   # goes back with the rest
-                if outcome != _core.OVERRAN:
-                    ran.append(claims[next_])
-                    outcomes.append(outcome)
-                next_ += 1
-            completed = await self._complete(connection, ran, outcomes) if ran else []
-            stale = [c.id for c, ok in zip(ran, completed) if not ok]
-            if stale:
-                raise _core.LeaseLost(f"the leases of instances {stale} were lost")
-            await self._release(connection, claims[next_:], "the worker is stopping")
+        """As Worker._run_and_complete."""
+        ran, outcomes = [], []
+        next_ = 0
+        while next_ < len(claims) and not self._stopping.is_set():
+            claim = claims[next_]
+            step_connection = AsyncStepConnection(connection)
+            outcome = await self._call(connection, claim, step_connection)
+            if outcome == _core.ABANDONED:
+                break   # goes back with the rest
+            next_ += 1
+            if outcome == _core.OVERRAN:
+                continue
+            if step_connection.began:
+                await self._complete_in_step_transaction(connection, claim, outcome)
+            else:
+                ran.append(claim)
+                outcomes.append(outcome)
+        if ran:
+            _core.note_lost_leases(ran, await self._complete(connection, ran, outcomes), self.name)
+        await self._release(connection, claims[next_:], "the worker is stopping")
 
-    async def _call(self, connection, claim: Claim):
+    async def _call(self, connection, claim: Claim, step_connection: "AsyncStepConnection"):
         """As Worker._call: the outcome, or OVERRAN / ABANDONED, when the handler's task is cancelled."""
         left = claim.seconds_left()
         if left is not None and left <= 0:
             _core.ended_early(claim, _core.OVERRAN, self.name)
             return _core.OVERRAN
         handler = self.handlers.find(claim)
-        step_connection = _core.StepConnection(connection)
         claim.context.connection = step_connection
 
         async def handle():
             outcome = handler(claim.state, claim.context)
             return await outcome if inspect.isawaitable(outcome) else outcome
 
+        task = asyncio.ensure_future(handle())
+        drained = asyncio.ensure_future(self._drain_expired.wait())
         try:
-            async with connection.transaction():
-                task = asyncio.ensure_future(handle())
-                drained = asyncio.ensure_future(self._drain_expired.wait())
-                try:
-                    await asyncio.wait({task, drained}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    drained.cancel()
-                if not task.done():
-                    step_connection.end()
-                    task.cancel()   # not awaited: a handler that ignores it is left behind
-                    how = _core.ABANDONED if self._drain_expired.is_set() else _core.OVERRAN
-                    if connection.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
-                        # Its query still runs on the lane's connection: nothing can be rolled back
-                        # there until it ends.  The connection is closed (the batch rolls back; its
-                        # claims run again after their leases), the lane reconnects.
-                        await connection.close()
-                        raise psycopg.OperationalError(f"instance {claim.id} step {claim.step} {how} while its query ran")
-                    raise _core.Ended(how)
-                outcome = task.result()
-        except _core.Ended as e:
-            _core.ended_early(claim, e.how, self.name)
-            return e.how
+            await asyncio.wait({task, drained}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            drained.cancel()
+        if not task.done():
+            step_connection.end()
+            task.cancel()   # not awaited: a handler that ignores it is left behind
+            how = _core.ABANDONED if self._drain_expired.is_set() else _core.OVERRAN
+            if connection.info.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:
+                # Its query still runs on the lane's connection: nothing can be rolled back there until it
+                # ends.  The connection is closed (the batch's other outcomes are lost with it: their claims
+                # run again after their leases), the lane reconnects.
+                await connection.close()
+                raise psycopg.OperationalError(f"instance {claim.id} step {claim.step} {how} while its query ran")
+            await self._roll_back(connection, step_connection)
+            _core.ended_early(claim, how, self.name)
+            return how
+        try:
+            outcome = task.result()
         except Exception as e:
+            await self._roll_back(connection, step_connection)
             log.info("instance %s step %s raised %r", claim.id, claim.step, e)
             return _core.failed_attempt(e, self.name)
-        return outcome if isinstance(outcome, Outcome) else _core.not_an_outcome(outcome, self.name)
+        if not isinstance(outcome, Outcome):
+            await self._roll_back(connection, step_connection)
+            return _core.not_an_outcome(outcome, self.name)
+        return outcome
+
+    @staticmethod
+    async def _roll_back(connection, step_connection: "AsyncStepConnection"):
+        if step_connection.began:
+            await connection.execute("ROLLBACK")
+
+    async def _complete_in_step_transaction(self, connection, claim: Claim, outcome: Outcome):
+        """As Worker._complete_in_step_transaction."""
+        failure = _core.aborted_step(self.name) if _core.aborted(connection) else None
+        if failure is None:
+            try:
+                completed = await self._complete_one(connection, claim, outcome)
+                await connection.execute("COMMIT" if completed else "ROLLBACK")
+            except psycopg.errors.InvalidParameterValue as e:
+                failure = _core.bad_outcome(e, self.name)
+        if failure is not None:
+            await connection.execute("ROLLBACK")
+            completed = await self._complete_one(connection, claim, failure)
+        _core.note_lost_leases([claim], [completed], self.name)
 
     async def _complete(self, connection, claims: List[Claim], outcomes: List[Outcome]) -> List[bool]:
         try:
-            async with connection.transaction():
-                cursor = await connection.execute((await self._sql(connection)).complete_all,
-                                                  _core.completion_parameters(claims, outcomes))
-                return [completed for _, completed in await cursor.fetchall()]
+            cursor = await connection.execute((await self._sql(connection)).complete_all,
+                                              _core.completion_parameters(claims, outcomes))
+            return [completed for _, completed in await cursor.fetchall()]
         except psycopg.errors.InvalidParameterValue:
             pass
         completed = []
         for claim, outcome in zip(claims, outcomes):
             try:
-                async with connection.transaction():
-                    completed.append(await self._complete_one(connection, claim, outcome))
+                completed.append(await self._complete_one(connection, claim, outcome))
             except psycopg.errors.InvalidParameterValue as e:
                 completed.append(await self._complete_one(connection, claim, _core.bad_outcome(e, self.name)))
         return completed
@@ -342,8 +361,8 @@ class AsyncWorker(_core.WorkerSettings):
                         for claim_id, token in list(self._in_hand.items()):
                             cursor = await connection.execute((await self._sql(connection)).heartbeat,
                                                               [claim_id, token, interval(self.lease)])
-                            if not _core.only_row(await cursor.fetchone())[0] and claim_id in self._in_hand:
-                                self._lost.add(claim_id)
+                            if not _core.only_row(await cursor.fetchone())[0]:   # lost: so will its completion be
+                                self._in_hand.pop(claim_id, None)
             except psycopg.OperationalError as e:
                 delay = backoff.delay()
                 log.warning("worker %s: heartbeat connection lost (%s); reconnecting in %.1f s", self.name,
@@ -362,3 +381,56 @@ class _WaitingClaim:
     def cancel(self):
         if self.cancelled is None:
             self.cancelled = asyncio.get_running_loop().run_in_executor(None, self.connection.cancel)
+
+
+class AsyncStepConnection(_core.StepConnectionBase):
+    """StepConnectionBase for the asyncio worker: its statements are awaited (the handler's task is
+    cancelled when its step ends without it)."""
+
+    async def execute(self, *args, **kwargs):
+        return await (await self._begun()).execute(*args, **kwargs)
+
+    def cursor(self, *args, **kwargs) -> "_StepCursor":
+        return _StepCursor(self, self._usable().cursor(*args, **kwargs))
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, *args, **kwargs):
+        """A savepoint in the step's transaction."""
+        async with (await self._begun()).transaction(*args, **kwargs) as transaction:
+            yield transaction
+
+    def end(self):
+        self._ended = True
+
+    async def _begun(self):
+        connection = self._usable()
+        if not self.began:
+            self.began = True   # (before the await: a statement the handler sends meanwhile queues after BEGIN)
+            await connection.execute("BEGIN")
+        return connection
+
+
+class _StepCursor:
+    """A cursor of ctx.connection (asyncio): its statements begin the step's transaction too."""
+
+    def __init__(self, step_connection: AsyncStepConnection, cursor):
+        self._step_connection = step_connection
+        self._cursor = cursor
+
+    async def execute(self, *args, **kwargs) -> "_StepCursor":
+        await self._step_connection._begun()
+        await self._cursor.execute(*args, **kwargs)
+        return self
+
+    async def executemany(self, *args, **kwargs):
+        await self._step_connection._begun()
+        await self._cursor.executemany(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+    async def __aenter__(self) -> "_StepCursor":
+        return self
+
+    async def __aexit__(self, *exc):
+        await self._cursor.close()

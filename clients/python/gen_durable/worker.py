@@ -177,14 +177,10 @@ class Worker(_core.WorkerSettings):
             if unhandled:
                 self._release(connection, unhandled, "this worker has no handler for them")
                 self._sleep(self.wait)   # not at once again: a worker that has the handlers may take them
-        except _core.LeaseLost as lost:
-            log.warning("worker %s: %s; the batch was rolled back", self.name, lost)
-            self._release(connection, [c for c in handled if c.id not in self._lost], "their batch was rolled back")
         finally:
             with self._lock:
                 for c in claims:
                     self._in_hand.pop(c.id, None)
-                    self._lost.discard(c.id)
 
     def _expire_drain(self):
         self._drain_expired.set()
@@ -194,51 +190,61 @@ class Worker(_core.WorkerSettings):
             done.set()
 
     def _run_and_complete(self, connection: psycopg.Connection, claims: List[Claim]):
-        with connection.transaction():
-            ran, outcomes = [], []
-            next_ = 0
-            while next_ < len(claims) and not self._stopping.is_set():   # draining: the rest go back unrun
-                outcome = self._call(connection, claims[next_])
-                if outcome == _core.ABANDONED:
-                    break   # goes back with the rest
-                if outcome != _core.OVERRAN:
-                    ran.append(claims[next_])
-                    outcomes.append(outcome)
-                next_ += 1
-            completed = self._complete(connection, ran, outcomes) if ran else []
-            stale = [c.id for c, ok in zip(ran, completed) if not ok]
-            if stale:
-                raise _core.LeaseLost(f"the leases of instances {stale} were lost")
-            self._release(connection, claims[next_:], "the worker is stopping")
+        """Run the batch's handlers one after another, outside any transaction.  A step whose handler began
+        its transaction is completed in it at once; the others together at the end, in one statement.
+        Draining: the claims not run yet go back."""
+        ran, outcomes = [], []
+        next_ = 0
+        while next_ < len(claims) and not self._stopping.is_set():
+            claim = claims[next_]
+            step_connection = _core.StepConnection(connection)
+            outcome = self._call(connection, claim, step_connection)
+            if outcome == _core.ABANDONED:
+                break   # goes back with the rest
+            next_ += 1
+            if outcome == _core.OVERRAN:
+                continue
+            if step_connection.began:
+                self._complete_in_step_transaction(connection, claim, outcome)
+            else:
+                ran.append(claim)
+                outcomes.append(outcome)
+        if ran:
+            _core.note_lost_leases(ran, self._complete(connection, ran, outcomes), self.name)
+        self._release(connection, claims[next_:], "the worker is stopping")
 
-    def _call(self, connection: psycopg.Connection, claim: Claim):
-        """Run a claim's handler in a savepoint: its outcome (a raising handler's: a retry), or OVERRAN when
-        the step's deadline passed first, ABANDONED when the drain's limit did (its writes undone either way,
-        ctx.cancelled set, ctx.connection closed to it).  The handler runs in a thread of its own, which the
-        lane stops waiting for then."""
+    def _call(self, connection: psycopg.Connection, claim: Claim, step_connection: _core.StepConnection):
+        """Run a claim's handler: its outcome (a raising handler's: a retry, its transaction rolled back), or
+        OVERRAN when the step's deadline passed first, ABANDONED when the drain's limit did (its transaction
+        rolled back, ctx.cancelled set, ctx.connection closed to it).  The handler runs in a thread of its own,
+        which the lane stops waiting for then."""
         left = claim.seconds_left()
         if left is not None and left <= 0:
             _core.ended_early(claim, _core.OVERRAN, self.name)
             return _core.OVERRAN
-        handler = self.handlers.find(claim)
-        step_connection = _core.StepConnection(connection)
         claim.context.connection = step_connection
+        call = _HandlerCall(self.handlers.find(claim), claim)
+        ended = self._wait_for(call, claim)
+        if ended is not None:
+            step_connection.end()
+            self._roll_back(connection, step_connection)
+            _core.ended_early(claim, ended, self.name)
+            return ended
         try:
-            with connection.transaction():   # a savepoint: a raising handler's writes are undone
-                call = _HandlerCall(handler, claim)
-                ended = self._wait_for(call, claim)
-                if ended is not None:
-                    step_connection.end()
-                    _core.cancel_running_query(connection)
-                    raise _core.Ended(ended)
-                outcome = call.result()
-        except _core.Ended as e:
-            _core.ended_early(claim, e.how, self.name)
-            return e.how
+            outcome = call.result()
         except Exception as e:
+            self._roll_back(connection, step_connection)
             log.info("instance %s step %s raised %r", claim.id, claim.step, e)
             return _core.failed_attempt(e, self.name)
-        return outcome if isinstance(outcome, Outcome) else _core.not_an_outcome(outcome, self.name)
+        if not isinstance(outcome, Outcome):
+            self._roll_back(connection, step_connection)
+            return _core.not_an_outcome(outcome, self.name)
+        return outcome
+
+    @staticmethod
+    def _roll_back(connection: psycopg.Connection, step_connection: _core.StepConnection):
+        if step_connection.began:
+            connection.execute("ROLLBACK")
 
     def _wait_for(self, call: "_HandlerCall", claim: Claim) -> Optional[str]:
         """Wait for the handler to end: None when it did, else how the step ended without it."""
@@ -257,20 +263,34 @@ class Worker(_core.WorkerSettings):
             with self._lock:
                 self._handlers_running.discard(call.done)
 
+    def _complete_in_step_transaction(self, connection: psycopg.Connection, claim: Claim, outcome: Outcome):
+        """Complete a step in the transaction its handler began, and commit: its writes with its outcome.
+        An outcome the engine refuses, or a transaction a failed statement of the handler's aborted: rolled
+        back, and a failed attempt.  A lost lease (the step runs elsewhere): rolled back."""
+        failure = _core.aborted_step(self.name) if _core.aborted(connection) else None
+        if failure is None:
+            try:
+                completed = self._complete_one(connection, claim, outcome)
+                connection.execute("COMMIT" if completed else "ROLLBACK")
+            except psycopg.errors.InvalidParameterValue as e:
+                failure = _core.bad_outcome(e, self.name)
+        if failure is not None:
+            connection.execute("ROLLBACK")
+            completed = self._complete_one(connection, claim, failure)
+        _core.note_lost_leases([claim], [completed], self.name)
+
     def _complete(self, connection: psycopg.Connection, claims: List[Claim], outcomes: List[Outcome]) -> List[bool]:
         """All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt."""
         try:
-            with connection.transaction():
-                rows = connection.execute(self._sql(connection).complete_all,
-                                          _core.completion_parameters(claims, outcomes)).fetchall()
+            rows = connection.execute(self._sql(connection).complete_all,
+                                      _core.completion_parameters(claims, outcomes)).fetchall()
             return [completed for _, completed in rows]
         except psycopg.errors.InvalidParameterValue:
             pass
         completed = []
         for claim, outcome in zip(claims, outcomes):
             try:
-                with connection.transaction():
-                    completed.append(self._complete_one(connection, claim, outcome))
+                completed.append(self._complete_one(connection, claim, outcome))
             except psycopg.errors.InvalidParameterValue as e:
                 completed.append(self._complete_one(connection, claim, _core.bad_outcome(e, self.name)))
         return completed
@@ -303,10 +323,9 @@ class Worker(_core.WorkerSettings):
                         for claim_id, token in in_hand:
                             kept = _core.only_row(connection.execute(self._sql(connection).heartbeat,
                                                                      [claim_id, token, interval(self.lease)]).fetchone())[0]
-                            if not kept:
+                            if not kept:   # lost: its completion will be refused too
                                 with self._lock:
-                                    if claim_id in self._in_hand:
-                                        self._lost.add(claim_id)
+                                    self._in_hand.pop(claim_id, None)
             except psycopg.OperationalError as e:
                 delay = backoff.delay()
                 log.warning("worker %s: heartbeat connection lost (%s); reconnecting in %.1f s", self.name,

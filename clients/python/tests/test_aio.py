@@ -24,15 +24,25 @@ class AsyncTest(ServerTest):
         async with await AsyncClient.connect(DSN) as client:
             ids = await client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(10)])
             worker = AsyncWorker(DSN, name=self.name("w"), concurrency=2, batch=3, wait=0.5)
+            in_transaction = []
 
             @worker.step(self.fsm, "fetch")
             async def fetch(state, ctx):
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)   # a call over the network, in no transaction
+                in_transaction.append(self.db.execute(   # the lane's session, as the server sees it
+                    "SELECT state LIKE 'idle in transaction%%' OR backend_xid IS NOT NULL FROM pg_stat_activity"
+                    " WHERE pid = %s", [ctx.connection.info.backend_pid]).fetchone()[0])
                 return next_step("store", {**state, "fetched": True})
 
             @worker.step(self.fsm, "store")
             async def store(state, ctx):
-                await ctx.connection.execute(f"INSERT INTO stored_{self.tag} VALUES (%s, %s)", [ctx.id, ctx.attempt])
+                insert = f"INSERT INTO stored_{self.tag} VALUES (%s, %s)"
+                if state["n"] % 2:   # the step's transaction begun by a cursor's statement, or a savepoint
+                    async with ctx.connection.cursor() as cursor:
+                        await cursor.execute(insert, [ctx.id, ctx.attempt])
+                else:
+                    async with ctx.connection.transaction():
+                        await ctx.connection.execute(insert, [ctx.id, ctx.attempt])
                 if state["n"] == 0 and ctx.attempt == 1:
                     raise RuntimeError("a transient failure")
                 return done({"n": state["n"]})
@@ -44,7 +54,8 @@ class AsyncTest(ServerTest):
             self.assertEqual([s.status for s in settled], ["done"] * 10)
             self.assertEqual(sorted(s.result["n"] for s in settled), list(range(10)))
             self.assertEqual(worker.queues, [self.queue])   # found from the definitions
-            # The failed attempt's write was undone with its savepoint.
+            self.assertEqual(in_transaction, [False] * 10)
+            # The failed attempt's write was undone with its transaction.
             rows = self.db.execute(f"SELECT count(*), count(*) FILTER (WHERE attempt = 2) FROM stored_{self.tag}"
                                    ).fetchone()
             self.assertEqual(rows, (10, 1))

@@ -1,4 +1,4 @@
-"""Worker: external steps on several queues, the batch transaction, failed
+"""Worker: external steps on several queues, the step's transaction, failed
 attempts, lost leases, unhandled steps, draining, reconnecting, poolers."""
 
 import threading
@@ -98,6 +98,46 @@ class WorkerTest(ServerTest):
         self.assertIn("no_such_step", errors[0][1])
         self.assertIn("not an outcome", errors[1][1])
 
+    def test_handlers_run_outside_any_transaction_and_their_writes_commit_with_the_outcome(self):
+        seen = []
+
+        def in_transaction(ctx):   # the lane's session, as the server sees it
+            return self.db.execute("SELECT state LIKE 'idle in transaction%%' OR backend_xid IS NOT NULL"
+                                   "  FROM pg_stat_activity WHERE pid = %s",
+                                   [ctx.connection.info.backend_pid]).fetchone()[0]
+
+        def label(state, ctx):
+            time.sleep(0.2)   # a call over the network
+            seen.append(("calling", in_transaction(ctx)))
+            self.record(ctx)
+            seen.append(("written", in_transaction(ctx)))
+            return next_step("end")
+        ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(3)])
+        with running(self.worker(self.handlers(label=label))):
+            self.wait_all(ids)
+        self.assertEqual(seen, [("calling", False), ("written", True)] * 3)
+        self.assertEqual(sorted(e[1:] for e in self.effects()), [("end", 1)] * 3 + [("label", 1)] * 3 + [("pack", 1)] * 3)
+
+    def test_the_steps_transaction_is_the_workers_to_end_and_a_failed_statement_fails_the_attempt(self):
+        def label(state, ctx):
+            self.record(ctx)
+            if state["n"] == 0:
+                ctx.connection.commit()
+            try:
+                ctx.connection.execute("SELECT 1 / 0")
+            except psycopg.errors.DivisionByZero:
+                pass   # swallowed: the transaction stays aborted
+            return next_step("end")
+        ids = self.client.insert_all(self.fsm, [{"state": {"n": n, "packed": True}, "step": "label"}
+                                                for n in range(2)])
+        with running(self.worker(self.handlers(label=label))):
+            self.wait_all(ids, status="failed")
+        errors = [r[0] for r in self.db.execute("SELECT error->>'message' FROM gd.instances WHERE id = ANY(%s)"
+                                                " ORDER BY id", [ids]).fetchall()]
+        self.assertIn("commit() is the worker's", errors[0])
+        self.assertIn("its transaction was aborted", errors[1])
+        self.assertEqual(self.effects(), [], "their writes were rolled back")
+
     def test_every_outcome(self):
         fsm = self.name("all")
         child = self.name("child")
@@ -170,7 +210,7 @@ class WorkerTest(ServerTest):
             self.define(later, "work", {"work": None})
             self.wait_all([self.client.insert(later)])
 
-    def test_a_lost_lease_rolls_the_batch_back(self):
+    def test_a_lost_lease_rolls_the_steps_writes_back(self):
         entered, go_on = threading.Event(), threading.Event()
 
         def label(state, ctx):
@@ -188,7 +228,7 @@ class WorkerTest(ServerTest):
             go_on.set()
             self.until(lambda: any("were lost" in m for m in log.messages), message="the lost lease")
             self.wait_all([order])
-        # The first run's write was rolled back with its batch; the rerun's stands.
+        # The first run's write was rolled back with its transaction; the rerun's stands.
         self.assertEqual([e[1:] for e in self.effects()], [("end", 1), ("label", 2)])
 
     def test_stop_drains_the_batch_in_hand(self):
