@@ -88,6 +88,7 @@ export interface Context {
   deadline: Date | null;
   /** Aborted when the step ends without the handler (its deadline, or the drain's limit). */
   signal: AbortSignal;
+  /** The lane's client: the handler's first query begins the step's transaction, which commits with its outcome. */
   connection: PgClient;
 }
 

@@ -8,11 +8,12 @@
  *    steps at a time (round robin over `queues`) of the FSMs it has
  *    handlers for (gd_claim(fsms => ...): another FSM's steps on its queues,
  *    or a grant to its role, never come its way) and run their handlers one
- *    after another in one transaction, each in a savepoint, completing them
- *    with one gd_complete_all: writes through ctx.connection commit with the
- *    step's outcome, exactly once; a raising handler is a failed attempt,
- *    its writes undone; a lost lease rolls the whole batch back and its
- *    other claims are released;
+ *    after another, outside any transaction: a step's transaction begins at
+ *    its handler's first query through ctx.connection and commits with its
+ *    outcome (gd_complete in it), exactly once; the steps that wrote nothing
+ *    are completed together (gd_complete_all); a raising handler is a
+ *    failed attempt, its writes undone; a lost lease rolls that step's
+ *    writes back;
  *  - a lane with no work waits for it in the server: its claim of its home
  *    queue (lane i: queues[i % queues.length]) waits up to `wait` seconds
  *    for work of that queue to commit (gd_claim(wait => ...)), one
@@ -36,25 +37,34 @@ const { isOutcome, retry, interval } = require('./outcomes');
 const { statements, apiSchemaOption, SQL } = require('./sql');
 
 const INVALID_PARAMETER_VALUE = '22023';
+const IN_FAILED_SQL_TRANSACTION = '25P02';
 const QUERY_CANCELED = '57014';
-
-class LeaseLost extends Error {}
 
 // What became of a step whose handler did not end in time (Worker.call).
 const OVERRAN = Symbol('overran');
 const ABANDONED = Symbol('abandoned');
 
 /**
- * ctx.connection: the lane's client, the handler's while its step runs.  Once
- * the step has ended without it (past its deadline, or the drain's limit) the
- * lane has moved on, and the handler can no longer query it.
+ * ctx.connection: the lane's client, the handler's while its step runs.  The
+ * handler runs outside any transaction: its first query through it begins
+ * the step's transaction (BEGIN goes first: a client runs its queries in
+ * order), which the lane ends with the step's outcome.  Ending the client is
+ * the lane's.  Once the step has ended without its handler (past its
+ * deadline, or the drain's limit: `abort`) the lane has moved on, and the
+ * handler can no longer query it.
  */
-function stepConnection(client, signal) {
+function stepConnection(client) {
+  const controller = new AbortController();
   let running = 0;
+  let began = false;
   const query = (...args) => {
-    if (signal.aborted) {
+    if (controller.signal.aborted) {
       return Promise.reject(new Error('gen_durable: this step has ended (past its deadline, or its worker stopped): ' +
         "its connection is no longer the handler's"));
+    }
+    if (!began) {
+      began = true;
+      client.query('BEGIN').catch(() => {}); // a failure fails the handler's query too
     }
     const result = client.query(...args);
     if (result && typeof result.then === 'function') {
@@ -64,14 +74,24 @@ function stepConnection(client, signal) {
     }
     return result;
   };
+  const theLanes = (name) => () => {
+    throw new Error(`gen_durable: ${name}() is the worker's: the step's writes commit with its outcome`);
+  };
   const connection = new Proxy(client, {
     get(target, property) {
       if (property === 'query') return query;
+      if (property === 'end' || property === 'release') return theLanes(property);
       const value = Reflect.get(target, property, target);
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
-  return { connection, busy: () => running > 0 };
+  return {
+    connection,
+    signal: controller.signal,
+    abort: (reason) => controller.abort(reason),
+    busy: () => running > 0,
+    began: () => began,
+  };
 }
 
 /** Waits between reconnect attempts: doubling from `first` up to `most` seconds, with jitter. */
@@ -97,7 +117,6 @@ class Worker {
     this.stopping = false;
     this.waitingClaims = new Set(); // of the lanes whose claim waits in the server: {client, cancelled}
     this.inHand = new Map(); // claim id -> lease token
-    this.lost = new Set();
     this.sleepers = new Set();
     this.abandoners = new Set(); // of the handlers running: each called at the drain's limit
     this.drainTimer = null;
@@ -251,54 +270,49 @@ class Worker {
         await this.release(client, unhandled, 'this worker has no handler for them');
         await this.sleep(this.wait);
       }
-    } catch (e) {
-      if (!(e instanceof LeaseLost)) throw e;
-      this.log.warn(`worker ${this.name}: ${e.message}; the batch was rolled back`);
-      await this.release(client, handled.filter((c) => !this.lost.has(c.id)), 'their batch was rolled back');
     } finally {
-      for (const c of claims) { this.inHand.delete(c.id); this.lost.delete(c.id); }
-    }
-  }
-
-  async runAndComplete(client, claims) {
-    await client.query('BEGIN');
-    try {
-      const ran = [];
-      const outcomes = [];
-      let next = 0;
-      for (; next < claims.length && !this.stopping; next++) { // draining: the rest go back unrun
-        const outcome = await this.call(client, claims[next]);
-        if (outcome === ABANDONED) break; // goes back with the rest
-        if (outcome !== OVERRAN) { ran.push(claims[next]); outcomes.push(outcome); }
-      }
-      const completed = ran.length ? await this.complete(client, ran, outcomes) : [];
-      const stale = ran.filter((c, i) => !completed[i]).map((c) => c.id);
-      if (stale.length) throw new LeaseLost(`the leases of instances ${stale.join(', ')} were lost`);
-      await this.release(client, claims.slice(next), 'the worker is stopping');
-      await client.query('COMMIT');
-    } catch (e) {
-      await client.query('ROLLBACK').catch(() => {});
-      throw e;
+      for (const c of claims) this.inHand.delete(c.id);
     }
   }
 
   /**
-   * Run a claim's handler in a savepoint.  Its outcome (a raising handler's:
-   * a retry); OVERRAN when the step's deadline passed first (its writes
-   * undone, not completed: the engine ends the claim at the deadline and
-   * retries the step); ABANDONED when the drain's limit passed first (its
-   * writes undone, handed back).  Either way ctx.signal aborts, and the
-   * handler can no longer query ctx.connection.
+   * Run the batch's handlers one after another, outside any transaction.  A
+   * step whose handler began its transaction is completed in it at once; the
+   * others together at the end, in one statement.  Draining: the claims not
+   * run yet go back.
    */
-  async call(client, claim) {
+  async runAndComplete(client, claims) {
+    const ran = [];
+    const outcomes = [];
+    let next = 0;
+    while (next < claims.length && !this.stopping) {
+      const claim = claims[next];
+      const step = stepConnection(client);
+      const outcome = await this.call(client, claim, step);
+      if (outcome === ABANDONED) break; // goes back with the rest
+      next++;
+      if (outcome === OVERRAN) continue;
+      if (step.began()) await this.completeInStepTransaction(client, claim, outcome);
+      else { ran.push(claim); outcomes.push(outcome); }
+    }
+    if (ran.length) this.noteLostLeases(ran, await this.complete(client, ran, outcomes));
+    await this.release(client, claims.slice(next), 'the worker is stopping');
+  }
+
+  /**
+   * Run a claim's handler.  Its outcome (a raising handler's: a retry, its
+   * transaction rolled back); OVERRAN when the step's deadline passed first
+   * (its writes undone, not completed: the engine ends the claim at the
+   * deadline and retries the step); ABANDONED when the drain's limit passed
+   * first (its writes undone, handed back).  Either way ctx.signal aborts,
+   * and the handler can no longer query ctx.connection.
+   */
+  async call(client, claim, step) {
     const left = claim.deadline === null ? Infinity : claim.deadline - performance.now();
     if (left <= 0) {
       this.log.warn(`instance ${claim.id} step ${claim.step} was past its deadline before its handler started`);
       return OVERRAN;
     }
-    const abort = new AbortController();
-    const guard = stepConnection(client, abort.signal);
-    await client.query('SAVEPOINT gd_step');
     let timer = null;
     let cutShort;
     const ended = new Promise((resolve) => {
@@ -307,12 +321,12 @@ class Worker {
     });
     this.abandoners.add(cutShort); // resolved with ABANDONED at the drain's limit
     const handling = Promise.resolve().then(() =>
-      this.handlerOf(claim)(claim.state, { ...claim.ctx, signal: abort.signal, connection: guard.connection }));
+      this.handlerOf(claim)(claim.state, { ...claim.ctx, signal: step.signal, connection: step.connection }));
     let outcome;
     try {
       outcome = await Promise.race([handling, ended]);
     } catch (e) {
-      await client.query('ROLLBACK TO SAVEPOINT gd_step');
+      await this.rollBack(client, step);
       this.log.info(`instance ${claim.id} step ${claim.step} raised ${e}`);
       return retry({ message: String(e.message ?? e), type: e.name ?? typeof e, worker: this.name });
     } finally {
@@ -321,46 +335,78 @@ class Worker {
     }
     if (outcome === OVERRAN || outcome === ABANDONED) {
       const why = outcome === OVERRAN ? 'ran past its deadline' : "was still running at the drain's limit";
-      abort.abort(new Error(`gen_durable: step ${claim.step} of instance ${claim.id} ${why}`));
+      step.abort(new Error(`gen_durable: step ${claim.step} of instance ${claim.id} ${why}`));
       handling.catch(() => {}); // no longer awaited
-      if (guard.busy()) {
+      if (step.busy()) {
         // Its query still runs on the lane's connection: nothing can be rolled back there until it
-        // ends.  The connection is closed (the batch rolls back; its claims run again after their leases).
+        // ends.  The connection is closed (the batch's other outcomes are lost with it: their claims
+        // run again after their leases), the lane reconnects.
         client.connection.stream.destroy();
         throw new Error(`instance ${claim.id} step ${claim.step} ${why} while its query ran; the lane reconnects`);
       }
-      await client.query('ROLLBACK TO SAVEPOINT gd_step');
+      await this.rollBack(client, step);
       this.log.warn(`instance ${claim.id} step ${claim.step} ${why}` +
         (outcome === OVERRAN ? '; the engine retries it' : '; it is handed back'));
       return outcome;
     }
-    await client.query('RELEASE SAVEPOINT gd_step');
-    return isOutcome(outcome) ? outcome
-      : retry({ message: `the handler returned ${JSON.stringify(outcome)}, not an outcome`, worker: this.name });
+    if (isOutcome(outcome)) return outcome;
+    await this.rollBack(client, step);
+    return retry({ message: `the handler returned ${JSON.stringify(outcome)}, not an outcome`, worker: this.name });
+  }
+
+  async rollBack(client, step) {
+    if (step.began()) await client.query('ROLLBACK');
+  }
+
+  /**
+   * Complete a step in the transaction its handler began, and commit: its
+   * writes with its outcome.  An outcome the engine refuses, or a
+   * transaction a failed query of the handler's aborted: rolled back, and a
+   * failed attempt.  A lost lease (the step runs elsewhere): rolled back.
+   */
+  async completeInStepTransaction(client, claim, outcome) {
+    let completed;
+    let failure = null;
+    try {
+      completed = await this.completeOne(client, claim, outcome);
+      await client.query(completed ? 'COMMIT' : 'ROLLBACK');
+    } catch (e) {
+      if (e.code === INVALID_PARAMETER_VALUE) failure = retry({ message: e.message, worker: this.name });
+      else if (e.code === IN_FAILED_SQL_TRANSACTION) {
+        failure = retry({ message: 'a query of the handler failed and its transaction was aborted', worker: this.name });
+      } else throw e;
+    }
+    if (failure) {
+      await client.query('ROLLBACK');
+      completed = await this.completeOne(client, claim, failure);
+    }
+    this.noteLostLeases([claim], [completed]);
+  }
+
+  noteLostLeases(claims, completed) {
+    const lost = claims.filter((c, i) => !completed[i]).map((c) => c.id);
+    if (lost.length) {
+      this.log.warn(`worker ${this.name}: the leases of instances ${lost.join(', ')} were lost (reclaimed: the ` +
+        'steps run again); their outcomes and writes were not kept');
+    }
   }
 
   /** All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt. */
   async complete(client, claims, outcomes) {
-    await client.query('SAVEPOINT gd_complete');
     try {
       const { rows } = await client.query((await this.sql(client)).completeAll,
         [claims.map((c) => c.id), claims.map((c) => c.token), outcomes.map((o) => JSON.stringify(o))]);
-      await client.query('RELEASE SAVEPOINT gd_complete');
       return rows.map((r) => r.completed);
     } catch (e) {
       if (e.code !== INVALID_PARAMETER_VALUE) throw e;
-      await client.query('ROLLBACK TO SAVEPOINT gd_complete');
     }
     const completed = [];
     for (let i = 0; i < claims.length; i++) {
-      await client.query('SAVEPOINT gd_complete');
       try {
         completed.push(await this.completeOne(client, claims[i], outcomes[i]));
       } catch (e) {
         if (e.code !== INVALID_PARAMETER_VALUE) throw e;
-        await client.query('ROLLBACK TO SAVEPOINT gd_complete');
-        completed.push(await this.completeOne(client, claims[i],
-          retry({ message: e.message, worker: this.name })));
+        completed.push(await this.completeOne(client, claims[i], retry({ message: e.message, worker: this.name })));
       }
     }
     return completed;
@@ -387,7 +433,7 @@ class Worker {
         await this.sleep(Math.max(this.lease / 3, 0.05));
         for (const [id, token] of [...this.inHand]) {
           const { rows } = await client.query((await this.sql(client)).heartbeat, [id, token, interval(this.lease)]);
-          if (!rows[0].kept && this.inHand.has(id)) this.lost.add(id);
+          if (!rows[0].kept) this.inHand.delete(id); // lost: so will its completion be
         }
       }
     });

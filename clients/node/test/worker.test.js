@@ -1,5 +1,5 @@
 'use strict';
-// Worker: external steps on several queues, the batch transaction, failed
+// Worker: external steps on several queues, the step's transaction, failed
 // attempts, lost leases, unhandled steps, draining, reconnecting.
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
@@ -83,6 +83,44 @@ test('bad outcomes fail their attempt alone', async (t) => {
   assert.match(rows[1].message, /not an outcome/);
 });
 
+test('handlers run outside any transaction; their writes commit with the outcome', async (t) => {
+  const { s, fsm, client, handlers, worker, record, effects } = await setup(t);
+  const seen = [];
+  const inTransaction = async (ctx) => (await s.db.query( // the lane's session, as the server sees it
+    "SELECT state LIKE 'idle in transaction%' OR backend_xid IS NOT NULL AS open FROM pg_stat_activity WHERE pid = $1",
+    [ctx.connection.processID])).rows[0].open;
+  const ids = await client.insertAll(fsm, [0, 1, 2].map((n) => ({ state: { n } })));
+  await running(worker(handlers({
+    [`${fsm}/label`]: async (state, ctx) => {
+      await new Promise((r) => setTimeout(r, 200)); // a call over the network
+      seen.push(['calling', await inTransaction(ctx)]);
+      await record(ctx);
+      seen.push(['written', await inTransaction(ctx)]);
+      return nextStep('end');
+    },
+  })), () => s.allIn(ids));
+  assert.deepEqual(seen, [0, 1, 2].flatMap(() => [['calling', false], ['written', true]]));
+  assert.equal((await effects()).length, 9);
+});
+
+test("the step's transaction is the worker's to end; a failed query fails the attempt", async (t) => {
+  const { s, fsm, client, handlers, worker, record, effects } = await setup(t);
+  const ids = await client.insertAll(fsm, [0, 1].map((n) => ({ state: { n, packed: true }, step: 'label' })));
+  await running(worker(handlers({
+    [`${fsm}/label`]: async (state, ctx) => {
+      await record(ctx);
+      if (state.n === 0) await ctx.connection.end();
+      await ctx.connection.query('SELECT 1 / 0').catch(() => {}); // swallowed: the transaction stays aborted
+      return nextStep('end');
+    },
+  })), () => s.allIn(ids, 'failed'));
+  const { rows } = await s.db.query("SELECT error->>'message' AS message FROM gd.instances WHERE id = ANY($1) ORDER BY id",
+    [ids]);
+  assert.match(rows[0].message, /end\(\) is the worker's/);
+  assert.match(rows[1].message, /its transaction was aborted/);
+  assert.deepEqual(await effects(), [], 'their writes were rolled back');
+});
+
 test('every outcome', async (t) => {
   const { s, client, worker } = await setup(t);
   const fsm = s.name('all');
@@ -164,7 +202,7 @@ test('a handler for an FSM not defined yet holds nothing back', async (t) => {
   });
 });
 
-test('a lost lease rolls the batch back', async (t) => {
+test("a lost lease rolls the step's writes back", async (t) => {
   const { s, fsm, client, handlers, worker, record, effects } = await setup(t);
   let entered;
   const inside = new Promise((r) => { entered = r; });

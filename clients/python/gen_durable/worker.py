@@ -13,15 +13,16 @@ NULL) of one or more queues.
 Each of `concurrency` lanes has its own connection.  It claims up to `batch`
 steps of the FSMs it has handlers for (gd_claim(fsms => ...), its own
 transaction: another FSM's steps on its queues, or a grant to its role,
-never come its way), runs their handlers one after another
-in one transaction, each in a savepoint (a handler that raises is a failed
-attempt, its writes undone), and completes them all in that transaction
-(gd_complete_all): a step's writes through ctx.connection happen exactly once,
-with its outcome.  If a lease was lost meanwhile (the step was reclaimed and
-runs elsewhere), the whole batch is rolled back and its other claims
-released.  Effects outside the database are at least once: key them by
-ctx.idempotency_key (the same on every attempt of a visit of the step).
-Each handler runs in a thread of its own, which the lane stops waiting for
+never come its way), runs their handlers one after another, each outside
+any transaction: a step's transaction begins at its handler's first
+statement through ctx.connection and commits with its outcome (gd_complete
+in it): a step's writes happen exactly once, with its outcome, and a call
+over the network holds no transaction.  The steps that wrote nothing are
+completed together (gd_complete_all).  A handler that raises is a failed
+attempt, its writes undone; a lost lease (the step was reclaimed and runs
+elsewhere) rolls that step's writes back.  Effects outside the database
+are at least once: key them by ctx.idempotency_key (the same on every
+attempt of a visit of the step).  Each handler runs in a thread of its own, which the lane stops waiting for
 at the step's deadline (its timeout: the engine ends the claim there) or at
 the drain's limit: ctx.cancelled is set, its writes are rolled back and its
 connection closed to it.
