@@ -6,8 +6,13 @@
  *   node peers.js SYSTEM WORKLOAD N
  *
  *   SYSTEM    gdext     gen_durable's external-worker path: this file's own worker
- *                       (gd_claim batches that wait in the server, gd_complete_all;
- *                       BENCH_GDEXT_NOTIFY=1: claims woken by LISTEN gd_work instead)
+ *                       (gd_claim batches that wait in the server, a batch's handlers
+ *                       and gd_complete_all in one transaction; BENCH_GDEXT_NOTIFY=1:
+ *                       claims woken by LISTEN gd_work instead; BENCH_GDEXT_CALL_MS:
+ *                       each handler first waits that long, a call over the network;
+ *                       BENCH_GDEXT_STEP_TRANSACTIONS=1: the client libraries' way,
+ *                       each handler outside any transaction, its write and its
+ *                       gd_complete in a transaction of its own)
  *             pgboss    pg-boss (boss.work, batches)
  *             graphile  graphile-worker (run(), local queue, batched completions)
  *             pgq       PgQ: CALL bench.pgq_consume (test/bench/peers.sql) on worker
@@ -53,7 +58,9 @@ const env = (name, dflt) => (process.env[name] !== undefined && process.env[name
 const KNOBS = {
   gdext: { lanes: +env('BENCH_GDEXT_LANES', 4), batch: +env('BENCH_GDEXT_BATCH', 128),
            oneTransaction: env('BENCH_GDEXT_ONE_TRANSACTION', '0') === '1',
-           notify: env('BENCH_GDEXT_NOTIFY', '0') === '1' },
+           notify: env('BENCH_GDEXT_NOTIFY', '0') === '1',
+           callMs: +env('BENCH_GDEXT_CALL_MS', 0),
+           stepTransactions: env('BENCH_GDEXT_STEP_TRANSACTIONS', '0') === '1' },
   pgboss: { workers: +env('BENCH_PGBOSS_WORKERS', 2), batch: +env('BENCH_PGBOSS_BATCH', 1000),
             poolSize: +env('BENCH_PGBOSS_POOL', 10) },
   graphile: { concurrency: +env('BENCH_GRAPHILE_CONCURRENCY', 16),
@@ -124,6 +131,7 @@ class GdExt {
 
   async startWorkers(workload) {
     const k = KNOBS.gdext;
+    if (k.oneTransaction && k.stepTransactions) throw new Error('gdext: one transaction, or one per step?');
     if (k.notify) await this.listen();
     this.lanes = [];
     for (let i = 0; i < k.lanes; i++) {
@@ -215,22 +223,38 @@ class GdExt {
       if (k.notify && gen === this.generation && !this.stopping) await this.sleepUntilWoken(1000); // poll: a safety net
       return;
     }
+    if (k.notify && rows.length === batch) this.wakeOne();
+    if (k.stepTransactions) {
+      for (const r of rows) {
+        await this.call();
+        await c.query('BEGIN');
+        await this.complete(c, [r], [await this.handle(c, r)]);
+        await c.query('COMMIT');
+      }
+      return;
+    }
     // The batch's effects and its completions commit together: a step's
     // effect in this database happens exactly once.
-    if (k.notify && rows.length === batch) this.wakeOne();
     if (!k.oneTransaction) await c.query('BEGIN');
-    const ids = [], tokens = [], kinds = [], steps = [], args = [];
+    const outcomes = [];
     for (const r of rows) {
-      const o = await this.handle(c, r);
-      ids.push(r.id); tokens.push(r.token); kinds.push(o[0]); steps.push(o[1]); args.push(JSON.stringify(o[2]));
+      await this.call();
+      outcomes.push(await this.handle(c, r));
     }
-    await c.query(`SELECT count(*) FROM gd_complete_all($1::bigint[], $2::bigint[], ARRAY(
-                     SELECT CASE o.kind WHEN 'done' THEN gd_done(o.arg)
-                                        WHEN 'next' THEN gd_next(o.step, o.arg)
-                                        WHEN 'spawn' THEN gd_spawn(o.arg, o.step) END
-                       FROM unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS o(kind, step, arg, n)
-                      ORDER BY o.n))`, [ids, tokens, kinds, steps, args]);
+    await this.complete(c, rows, outcomes);
     await c.query('COMMIT');
+  }
+
+  call() { return KNOBS.gdext.callMs > 0 ? sleep(KNOBS.gdext.callMs) : null; }
+
+  complete(c, rows, outcomes) {
+    return c.query(`SELECT count(*) FROM gd_complete_all($1::bigint[], $2::bigint[], ARRAY(
+                      SELECT CASE o.kind WHEN 'done' THEN gd_done(o.arg)
+                                         WHEN 'next' THEN gd_next(o.step, o.arg)
+                                         WHEN 'spawn' THEN gd_spawn(o.arg, o.step) END
+                        FROM unnest($3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY AS o(kind, step, arg, n)
+                       ORDER BY o.n))`, [rows.map((r) => r.id), rows.map((r) => r.token), outcomes.map((o) => o[0]),
+      outcomes.map((o) => o[1]), outcomes.map((o) => JSON.stringify(o[2]))]);
   }
 
   async handle(c, r) {
