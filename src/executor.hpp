@@ -95,9 +95,9 @@ struct DrainScope {
     Oid member;
     bool with_scheduled;
 };
-/* A drain's pick: as gd_pick, of the scope's instances, due by the clock (not by the transaction's start). */
+/* A drain's pick: as gd_pick, of the scope's instances, due by gd_session_now() (not by the transaction's start). */
 int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryContext into, const DrainScope &scope);
-/* gd_claim's pick: as gd_pick, from the claim frontier, of the external steps of the
+/* gd_claim's pick: as gd_pick, due by gd_session_now(), from the claim frontier, of the external steps of the
  * FSMs named in `usable` (a text[]; 0: every FSM). */
 int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance *out, MemoryContext into);
 /* When the next row of the queue not yet eligible becomes eligible; 0 when none. */
@@ -215,8 +215,16 @@ void gd_apply_transition(int64 id, Transition t);
  * its awaiters are woken at commit.
  */
 void gd_resume_parked(int64 id, Datum resume);
-/* Resume the parents (all, or `parent` when not 0) whose children have all ended; returns how many. */
-int gd_resume_parents(int64 parent);
+/* The instances a drain ends the waits of (those of `queue` whose owner `member` is a member of), as the
+ * reaper would by `now`. */
+struct DueScope {
+    const char *queue;
+    Oid member;
+    TimestampTz now;
+};
+/* Resume the parents (all, or `parent` when not 0, or the scope's when given) whose children have all
+ * ended; returns how many. */
+int gd_resume_parents(int64 parent, const DueScope *scope = nullptr);
 /* Leave the (locked) instance as it is, to be picked again at `until`. */
 void gd_postpone(int64 id, TimestampTz until);
 /*

@@ -29,8 +29,12 @@ extern int gd_reaper_interval_ms;  /* gen_durable.reaper_interval */
 extern int gd_gc_interval_ms;      /* gen_durable.gc_interval */
 enum GdEvents { GD_EVENTS_OFF, GD_EVENTS_TRANSITIONS };
 extern int gd_events;              /* gen_durable.events */
+extern char *gd_now_setting;       /* gen_durable.now: a session's test clock ("": the real one) */
 
 void gd_define_settings();
+/* Now, for what becomes due (steps, waits' deadlines, ticks) in this session's claims and drains:
+ * gen_durable.now when a test set it, else the clock. */
+TimestampTz gd_session_now();
 
 namespace gd {
 

@@ -16,6 +16,7 @@ extern "C" {
 #include "utils/wait_event.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
+#include "utils/datetime.h"
 }
 
 #if PG_VERSION_NUM < 150000
@@ -87,4 +88,26 @@ inline uint32 gd_wait_event(uint32 &cached, const char *name)
     (void) name;
     return cached = PG_WAIT_EXTENSION;
 #endif
+}
+
+/* Read `text` as timestamptz_in would (zone: the session's), without raising: false when it is not a finite
+ * timestamp.  (16 gave DecodeDateTime a place to report what was wrong.) */
+inline bool gd_parse_timestamptz(const char *text, TimestampTz *out)
+{
+    char workbuf[MAXDATELEN + MAXDATEFIELDS];
+    char *field[MAXDATEFIELDS];
+    int ftype[MAXDATEFIELDS], fields, dtype, zone = 0;
+    struct pg_tm tm;
+    fsec_t fsec;
+    if (ParseDateTime(text, workbuf, sizeof(workbuf), field, ftype, MAXDATEFIELDS, &fields) != 0)
+        return false;
+#if PG_VERSION_NUM >= 160000
+    DateTimeErrorExtra extra;
+    if (DecodeDateTime(field, ftype, fields, &dtype, &tm, &fsec, &zone, &extra) != 0)
+        return false;
+#else
+    if (DecodeDateTime(field, ftype, fields, &dtype, &tm, &fsec, &zone) != 0)
+        return false;
+#endif
+    return dtype == DTK_DATE && tm2timestamp(&tm, fsec, &zone, out) == 0 && IS_VALID_TIMESTAMP(*out);
 }

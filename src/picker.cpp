@@ -221,17 +221,17 @@ int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryCo
 {
     static SPIPlanPtr drain_plan = nullptr;
     if (drain_plan == nullptr) {
-        Oid types[4] = {TEXTOID, INT4OID, OIDOID, BOOLOID};
+        Oid types[5] = {TEXTOID, INT4OID, OIDOID, BOOLOID, TIMESTAMPTZOID};
         drain_plan = gd_prepare_kept("SELECT " GD_INSTANCE_COLUMNS " FROM gd._instances i"
-                                     " WHERE " PICKABLE " AND ($4 OR i.eligible_at <= clock_timestamp())"
+                                     " WHERE " PICKABLE " AND ($4 OR i.eligible_at <= $5)"
                                      "   AND pg_catalog.pg_has_role($3, i.owner, 'MEMBER')"
                                      "   AND NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = $1 AND q.paused)"
                                      " ORDER BY i.priority, i.eligible_at, i.id LIMIT $2"
                                      " FOR UPDATE OF i SKIP LOCKED",
-                                     4, types);
+                                     5, types);
     }
-    Datum args[4] = {CStringGetTextDatum(queue), Int32GetDatum(limit), ObjectIdGetDatum(scope.member),
-                     BoolGetDatum(scope.with_scheduled)};
+    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), ObjectIdGetDatum(scope.member),
+                     BoolGetDatum(scope.with_scheduled), TimestampTzGetDatum(gd_session_now())};
     return take_locked_rows(gd_execute_kept(drain_plan, args, nullptr, false, 0), out, into, queue);
 }
 
@@ -247,7 +247,7 @@ int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance 
      * those FSMs is its own (a grant changes the set, and so the frontier). */
     FrontierView view = frontier_to_pick(queue, true, usable == 0 ? 0 : fsms_scope(usable));
     Datum args[7] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0, usable,
-                     TimestampTzGetDatum(GetCurrentTimestamp())};
+                     TimestampTzGetDatum(gd_session_now())};
     marks_arguments(view, args + 2);
     const char nulls[7] = {' ', ' ', ' ', ' ', ' ', usable == 0 ? 'n' : ' ', ' '};
     int count = take_locked_rows(gd_execute_kept(claim_plan, args, nulls, false, 0), out, into, queue);

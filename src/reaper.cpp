@@ -6,9 +6,11 @@
  * concurrency key has room for again, reclaims expired leases and announces
  * external work come due, then sleeps until the next deadline (at most
  * gen_durable.reaper_interval) or until a commit that ends a child wakes it.
+ * gd_drain does the same for a tenant's instances, by its session's clock.
  * The instances' transitions are written by transition.cpp.
  */
 #include "executor.hpp"
+#include "guard.hpp"
 #include "stats.hpp"
 
 extern "C" {
@@ -89,16 +91,30 @@ bool fire_schedules()
     return more;
 }
 
-/* Waits whose deadline passed resume with ctx.timed_out; returns how many. */
-int expire_waits()
+/* Waits whose deadline passed resume with ctx.timed_out; returns how many.  A drain's: the scope's waits,
+ * due by its now. */
+int expire_waits(const DueScope *scope)
 {
-    static SPIPlanPtr expired_plan = nullptr;
-    Datum args[1] = {Int32GetDatum(WAITS_PER_ROUND)};
-    if (gd_run_kept(expired_plan,
-                    "SELECT i.id FROM gd._instances i"
-                    " WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= clock_timestamp()"
-                    " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
-                    {INT4OID}, args, false, 0) != SPI_OK_SELECT)
+    static SPIPlanPtr expired_plan = nullptr, scope_plan = nullptr;
+    int result;
+    if (scope == nullptr) {
+        Datum args[1] = {Int32GetDatum(WAITS_PER_ROUND)};
+        result = gd_run_kept(expired_plan,
+                             "SELECT i.id FROM gd._instances i"
+                             " WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= clock_timestamp()"
+                             " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
+                             {INT4OID}, args, false, 0);
+    } else {
+        Datum args[4] = {Int32GetDatum(WAITS_PER_ROUND), TimestampTzGetDatum(scope->now),
+                         CStringGetTextDatum(scope->queue), ObjectIdGetDatum(scope->member)};
+        result = gd_run_kept(scope_plan,
+                             "SELECT i.id FROM gd._instances i"
+                             " WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= $2 AND i.queue = $3"
+                             "   AND pg_catalog.pg_has_role($4, i.owner, 'MEMBER')"
+                             " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
+                             {INT4OID, TIMESTAMPTZOID, TEXTOID, OIDOID}, args, false, 0);
+    }
+    if (result != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up expired waits failed");
     SPITupleTable *expired = SPI_tuptable; /* kept: each resume runs statements of its own */
     int count = static_cast<int>(SPI_processed);
@@ -136,7 +152,7 @@ long gd_reaper_round()
 {
     if (fire_schedules())
         return 0; /* a full batch may leave more: go again */
-    if (expire_waits() > 0)
+    if (expire_waits(nullptr) > 0)
         return 0;
     gd_resume_parents(0);
     static SPIPlanPtr repair_plan = nullptr;
@@ -151,4 +167,31 @@ long gd_reaper_round()
         sleep_ms = Max(0L, Min(sleep_ms, until_next));
     }
     return sleep_ms;
+}
+
+/*
+ * gd._drain_due(queue text, member oid) → int: for gd_drain, what the reaper
+ * would have done by the session's now (gen_durable.now, or the clock) to
+ * the instances of `queue` whose owner `member` is a member of: waits past
+ * their deadline time out, parents whose children have all ended resume;
+ * and the ticks of member's schedules due by then fire, one after another
+ * (none counted as missed: a test moves its clock on purpose).  Returns how
+ * many instances it resumed or started.
+ */
+GD_SQL_FUNCTION(gd_drain_due)
+{
+    char queue[NAMEDATALEN];
+    text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
+    DueScope scope{queue, PG_GETARG_OID(1), gd_session_now()};
+    static SPIPlanPtr ticks_plan = nullptr;
+    SPI_connect();
+    int changed = expire_waits(&scope) + gd_resume_parents(0, &scope);
+    Datum args[3] = {ObjectIdGetDatum(scope.member), TimestampTzGetDatum(scope.now), Int32GetDatum(SCHEDULES_PER_ROUND)};
+    if (gd_run_kept(ticks_plan, "SELECT gd._fire_ticks_of($1, $2, $3)", {OIDOID, TIMESTAMPTZOID, INT4OID}, args, false,
+                    1) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: firing the drain's ticks failed");
+    bool isnull;
+    changed += DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    SPI_finish();
+    PG_RETURN_INT32(changed);
 }

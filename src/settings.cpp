@@ -2,13 +2,17 @@
  * settings.cpp — the gen_durable.* configuration parameters and the parsers
  * for the two list-valued ones.  Every parameter is reloadable (SIGHUP);
  * the list parameters are validated by check hooks, so a bad value is
- * refused at reload instead of reaching the launcher.
+ * refused at reload instead of reaching the launcher.  gen_durable.now is a
+ * session's own: a test's clock for what its claims and drains find due.
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
+#include "pg_compat.hpp"
 
 extern "C" {
+#include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 }
 
 #include <cctype>
@@ -24,6 +28,7 @@ int gd_batch_time_ms = 20;
 int gd_events = GD_EVENTS_OFF;
 int gd_reaper_interval_ms = 1000;
 int gd_gc_interval_ms = 60 * 1000;
+char *gd_now_setting = nullptr;
 
 namespace gd {
 namespace {
@@ -169,7 +174,25 @@ bool check_databases(char **newval, void **, GucSource)
     return check_list(newval, gd::parse_database_list);
 }
 
+bool check_now(char **newval, void **, GucSource)
+{
+    TimestampTz ignored;
+    if (**newval == '\0' || gd_parse_timestamptz(*newval, &ignored))
+        return true;
+    GUC_check_errmsg("gen_durable: gen_durable.now must be a timestamp with time zone or empty, got \"%s\"",
+                     *newval);
+    return false;
+}
+
 } // namespace
+
+TimestampTz gd_session_now()
+{
+    if (gd_now_setting == nullptr || *gd_now_setting == '\0')
+        return GetCurrentTimestamp();
+    return DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in, CStringGetDatum(gd_now_setting),
+                                                   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)));
+}
 
 void gd_define_settings()
 {
@@ -201,5 +224,8 @@ void gd_define_settings()
     DefineCustomEnumVariable("gen_durable.events",
                              "Emit each transition as a logical decoding message (prefix gen_durable).", nullptr,
                              &gd_events, GD_EVENTS_OFF, event_options, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomStringVariable("gen_durable.now",
+                               "For tests: the time this session's claims and drains take as now (empty: the clock).",
+                               nullptr, &gd_now_setting, "", PGC_USERSET, 0, check_now, nullptr, nullptr);
     MarkGUCPrefixReserved("gen_durable");
 }

@@ -702,7 +702,7 @@ void gd_resume_parked(int64 id, Datum resume)
     gd_emit_event_after(event);
 }
 
-int gd_resume_parents(int64 parent)
+int gd_resume_parents(int64 parent, const DueScope *scope)
 {
     /* The parents whose children have all ended, locked; all of them, or the one given. */
 #define ENDED_FAMILIES                                                                                         \
@@ -710,12 +710,20 @@ int gd_resume_parents(int64 parent)
     " WHERE p.status = 'awaiting_children' AND NOT EXISTS ("                                                  \
     "       SELECT FROM gd._instances c WHERE c.parent_id = p.id"                                              \
     "          AND c.status IN ('runnable', 'executing', 'awaiting_signal', 'awaiting_children'))"
-    static SPIPlanPtr all_plan = nullptr, one_plan = nullptr, children_plan = nullptr;
-    Datum args[1] = {Int64GetDatum(parent)};
-    int result = parent != 0
-                     ? gd_run_kept(one_plan, ENDED_FAMILIES " AND p.id = $1 FOR UPDATE OF p SKIP LOCKED", {INT8OID},
-                                   args, false, 0)
-                     : gd_run_kept(all_plan, ENDED_FAMILIES " FOR UPDATE OF p SKIP LOCKED", {}, args, false, 0);
+    static SPIPlanPtr all_plan = nullptr, one_plan = nullptr, scope_plan = nullptr, children_plan = nullptr;
+    int result;
+    if (scope != nullptr) {
+        Datum args[2] = {CStringGetTextDatum(scope->queue), ObjectIdGetDatum(scope->member)};
+        result = gd_run_kept(scope_plan,
+                             ENDED_FAMILIES " AND p.queue = $1 AND pg_catalog.pg_has_role($2, p.owner, 'MEMBER')"
+                                            " FOR UPDATE OF p SKIP LOCKED",
+                             {TEXTOID, OIDOID}, args, false, 0);
+    } else {
+        Datum args[1] = {Int64GetDatum(parent)};
+        result = parent != 0 ? gd_run_kept(one_plan, ENDED_FAMILIES " AND p.id = $1 FOR UPDATE OF p SKIP LOCKED",
+                                           {INT8OID}, args, false, 0)
+                             : gd_run_kept(all_plan, ENDED_FAMILIES " FOR UPDATE OF p SKIP LOCKED", {}, args, false, 0);
+    }
 #undef ENDED_FAMILIES
     if (result != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up parents to resume failed");

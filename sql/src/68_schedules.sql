@@ -395,6 +395,27 @@ BEGIN
     RETURN fired;
 END $$;
 
+-- gd_drain's ticks (gd._drain_due): the due ticks, by `at`, of the schedules
+-- whose owner `member` is a member of, fired one after another as each comes
+-- due (none counted as missed: a test moves its clock on purpose), at most
+-- `batch`.  Returns how many it fired or skipped.
+CREATE OR REPLACE FUNCTION gd._fire_ticks_of(member oid, at timestamptz, batch int) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    schedule gd._schedules;
+    fired int := 0;
+BEGIN
+    WHILE fired < batch LOOP
+        SELECT * INTO schedule FROM gd._schedules s
+         WHERE s.enabled AND s.next_run_at <= at AND pg_catalog.pg_has_role(member, s.owner, 'MEMBER')
+         ORDER BY s.next_run_at LIMIT 1 FOR UPDATE;
+        EXIT WHEN NOT FOUND;
+        PERFORM gd._fire_schedule(schedule, '-infinity', false);
+        fired := fired + 1;
+    END LOOP;
+    RETURN fired;
+END $$;
+
 -- When the reaper must fire next: the earliest tick of an enabled schedule
 -- (NULL: none).  A held-back tick is looked at every round.
 CREATE OR REPLACE FUNCTION gd._next_tick_due() RETURNS timestamptz

@@ -81,6 +81,7 @@ SELECT t.try($$SELECT gd_drain('no_such_queue')$$);
 SELECT gd_insert('drained', step => 'inner') AS inner_id \gset
 SELECT gd_drain('drain_q', max_steps => 1) AS inner_ran;
 SELECT status, error->>'kind' AS kind, error->>'message' AS message FROM gd.instances WHERE id = :inner_id;
+SELECT gd_cancel(:inner_id) AS inner_cancelled;
 -- Nor in a session with a cursor open: a handler's cursors are closed when its step ends, and so would be this one.
 BEGIN;
 DECLARE open_cursor CURSOR FOR SELECT 1;
@@ -89,8 +90,50 @@ FETCH open_cursor;
 COMMIT;
 RESET ROLE;
 
+-- One test transaction takes an order through an in-database step, an
+-- external one (claimed and completed in it, retried after a backoff), a
+-- family of children and its join, and a one-day wait that times out,
+-- moving its clock with gen_durable.now: claims and drains find due what is
+-- due by then, and the drain ends waits and joins as the reaper would.
+CREATE FUNCTION t.order_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN CASE
+        WHEN ctx.step = 'reserve' THEN gd_next('charge', state)
+        WHEN ctx.step = 'pack' THEN gd_spawn('[{"fsm": "drained", "state": {}}, {"fsm": "drained", "state": {}}]', 'ship')
+        WHEN ctx.timed_out THEN gd_done(state || jsonb_build_object('shipped', false))
+        WHEN jsonb_array_length(ctx.signals) > 0 THEN gd_done(state || jsonb_build_object('shipped', true))
+        ELSE gd_wait_signal(ARRAY['shipped'], timeout => '1 day') END;
+END $$;
+SET ROLE regress_drain_owner;
+SELECT gd_define_fsm('drained_order', initial => 'reserve', queue => 'drain_q', steps => $${
+    "reserve": {"handler": "t.order_step(jsonb, gd.context)"},
+    "charge": {},
+    "pack": {"handler": "t.order_step(jsonb, gd.context)"},
+    "ship": {"handler": "t.order_step(jsonb, gd.context)"}
+}$$);
+BEGIN;
+SELECT gd_insert('drained_order', '{"sku": "tea"}') AS order_id \gset
+SELECT gd_drain('drain_q') AS reserved;
+SELECT id, step, lease_token AS token FROM gd_claim('drain_q', 'test', 10, '1 minute') \gset claim_
+SELECT :claim_id = :order_id AS claimed_here, :'claim_step' AS step;
+SELECT gd_complete(:claim_id, :claim_token, gd_retry('{"declined": true}', backoff => '1 hour')) AS declined;
+SELECT count(*) AS not_due_yet FROM gd_claim('drain_q', 'test', 10, '1 minute');
+SELECT set_config('gen_durable.now', (now() + interval '2 hours')::text, true) IS NOT NULL AS two_hours_later;
+SELECT id, step, (ctx).attempt, lease_token AS token FROM gd_claim('drain_q', 'test', 10, '1 minute') \gset claim_
+SELECT :claim_id = :order_id AS claimed_again, :'claim_step' AS step, :claim_attempt AS attempt;
+SELECT gd_complete(:claim_id, :claim_token, gd_next('pack')) AS charged;
+SELECT gd_drain('drain_q') AS packed_and_joined;
+SELECT status, step FROM gd.instances WHERE id = :order_id;
+SELECT set_config('gen_durable.now', (now() + interval '1 day 3 hours')::text, true) IS NOT NULL AS next_day;
+SELECT gd_drain('drain_q') AS timed_out;
+SELECT status, result FROM gd.instances WHERE id = :order_id;
+ROLLBACK;
+SHOW gen_durable.now;
+SELECT t.try($$SET gen_durable.now = 'tomorrowish'$$);
+RESET ROLE;
+
 -- Clean up: roles are the cluster's, and outlive the database.
-DELETE FROM gd._instances WHERE fsm IN ('drained', 'other_drained');
-DELETE FROM gd._fsms WHERE name IN ('drained', 'other_drained');
+DELETE FROM gd._instances WHERE fsm IN ('drained', 'other_drained', 'drained_order');
+DELETE FROM gd._fsms WHERE name IN ('drained', 'other_drained', 'drained_order');
 DROP OWNED BY regress_drain_owner, regress_drain_other;
 DROP ROLE regress_drain_owner, regress_drain_other;
