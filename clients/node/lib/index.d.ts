@@ -118,3 +118,24 @@ export class Worker {
 export function connect(config?: string | ClientConfig,
   options?: { pooler?: boolean; applicationName?: string }): Promise<{ client: PgClient; pooler: boolean }>;
 export function behindPooler(reachedPort: string | number | null, serverPort: string | number): boolean;
+
+/** A test's transaction (testTransaction): rolled back when the test's body ends. */
+export interface TestTransaction {
+  /** The transaction's connection. */
+  connection: PgClient;
+  /** The API, in the transaction. */
+  client: Client;
+  /** The test's clock: the transaction's start, until advance() or setClock() moves it. */
+  now: Date;
+  /** gd_drain: the queue's in-database steps due by the test's clock, and the waits and joins due. */
+  drain(queue: string, options?: { withScheduled?: boolean; maxSteps?: number }): Promise<number>;
+  advance(by: { days?: number; hours?: number; minutes?: number; seconds?: number }): Promise<Date>;
+  setClock(now: Date): Promise<Date>;
+  /** Claim the queue's external steps due, run their handlers in the transaction, complete them; how many ran. */
+  runExternal(queue: string, handlers: { [fsmSlashStep: string]: Handler } | Worker,
+              options?: { batch?: number }): Promise<number>;
+}
+
+/** Run `body` in a transaction on a connection of its own, rolled back when it ends; resolves to its result. */
+export function testTransaction<T>(config: string | ClientConfig, body: (t: TestTransaction) => Promise<T>,
+                                   options?: { apiSchema?: string | null }): Promise<T>;

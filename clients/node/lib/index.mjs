@@ -2,6 +2,6 @@
 import gd from './index.js';
 
 export const {
-  Client, Worker, connect, behindPooler, nextStep, retry, waitSignal, spawn, done, stop,
+  Client, Worker, connect, behindPooler, nextStep, retry, waitSignal, spawn, done, stop, testTransaction,
 } = gd;
 export default gd;

@@ -328,7 +328,7 @@ class Worker {
     } catch (e) {
       await this.rollBack(client, step);
       this.log.info(`instance ${claim.id} step ${claim.step} raised ${e}`);
-      return retry({ message: String(e.message ?? e), type: e.name ?? typeof e, worker: this.name });
+      return failedAttempt(e, this.name);
     } finally {
       clearTimeout(timer);
       this.abandoners.delete(cutShort);
@@ -351,7 +351,7 @@ class Worker {
     }
     if (isOutcome(outcome)) return outcome;
     await this.rollBack(client, step);
-    return retry({ message: `the handler returned ${JSON.stringify(outcome)}, not an outcome`, worker: this.name });
+    return notAnOutcome(outcome, this.name);
   }
 
   async rollBack(client, step) {
@@ -456,6 +456,15 @@ function cancelStatement(client) {
   });
 }
 
+/** A handler threw: the attempt failed, as when an in-database handler raises. */
+function failedAttempt(error, worker) {
+  return retry({ message: String(error.message ?? error), type: error.name ?? typeof error, worker });
+}
+
+function notAnOutcome(value, worker) {
+  return retry({ message: `the handler returned ${JSON.stringify(value)}, not an outcome`, worker });
+}
+
 function claimFrom(row, client) {
   const c = row.ctx;
   return {
@@ -471,4 +480,4 @@ function claimFrom(row, client) {
   };
 }
 
-module.exports = { Worker, Backoff };
+module.exports = { Worker, Backoff, claimFrom, failedAttempt, notAnOutcome };

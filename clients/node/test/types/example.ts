@@ -1,6 +1,9 @@
 // The README's client and worker, typed: `tsc -p test/types` (048) checks
 // lib/index.d.ts against the way it is meant to be used.
-import { Client, Worker, nextStep, retry, done, waitSignal, spawn, stop, type Context, type State } from 'gen-durable';
+import {
+  Client, Worker, nextStep, retry, done, waitSignal, spawn, stop, testTransaction, type Context, type State,
+  type TestTransaction,
+} from 'gen-durable';
 
 declare const psp: { charge(amount: number, options: { idempotencyKey: string; signal: AbortSignal }): Promise<string> };
 
@@ -27,6 +30,18 @@ async function main(): Promise<void> {
   worker.step('checkout', 'close', () => spawn([{ fsm: 'survey', state: { order: 1 } }], 'end'));
   worker.step('checkout', 'end', () => done({ closed: true }));
   await worker.run();
+
+  // A test of it, in one transaction rolled back at the end.
+  const settled: string = await testTransaction('postgresql://app@localhost/app_test', async (t: TestTransaction) => {
+    const id = await t.client.insert('checkout', { sku: 'tea' }, { queue: 'checkout_test' });
+    await t.drain('checkout_test');
+    const ran: number = await t.runExternal('checkout_test', { 'checkout/charge': () => nextStep('receipt') });
+    const later: Date = await t.advance({ days: 1, seconds: 1 });
+    await t.drain('checkout_test', { maxSteps: 100 });
+    const row = id === null ? null : await t.client.get(id);
+    return `${ran} ${later.toISOString()} ${row?.status}`;
+  });
+  console.log(settled);
 }
 
 void main();
