@@ -7,7 +7,7 @@
  * back.
  *
  *   test('a parcel never shipped', () => testTransaction(DSN, async (t) => {
- *     const order = await t.client.insert('checkout', { sku: 'tea' }, { queue: 'checkout_test' });
+ *     const order = await t.client.insert('checkout', { sku: 'tea' }); // defined on queue checkout_test
  *     await t.drain('checkout_test');                                      // reserve
  *     await t.runExternal('checkout_test', { 'checkout/charge': charge });
  *     await t.drain('checkout_test');                                      // ship: waits a day for 'shipped'

@@ -9,7 +9,7 @@ test's back.
     class CheckoutTest(unittest.TestCase):
         def test_a_parcel_never_shipped(self):
             with TestTransaction("dbname=app_test") as t:
-                order = t.client.insert("checkout", {"sku": "tea"}, queue="checkout_test")
+                order = t.client.insert("checkout", {"sku": "tea"})   # defined on queue checkout_test
                 t.drain("checkout_test")                                  # reserve
                 t.run_external("checkout_test", {("checkout", "charge"): charge})
                 t.drain("checkout_test")                                  # ship: waits a day for 'shipped'
