@@ -53,7 +53,8 @@ function instanceFrom(row) {
 
 class Client {
   /**
-   * Client.connect(config) opens a connection; new Client(pgClient) uses yours as it is.
+   * Client.connect(config) opens a connection, Client.pool(config) a pool of them; new
+   * Client(pgClientOrPool) uses yours as it is.
    * `apiSchema` names the schema of the API's functions (a PL/Proxy router's, which has no
    * extension); by default it is the extension's, looked up.
    */
@@ -66,6 +67,21 @@ class Client {
   static async connect(config = {}, { pooler, apiSchema = null } = {}) {
     apiSchemaOption(apiSchema); // a bad one fails before a connection is opened
     return new Client((await connect(config, { pooler })).client, { own: true, apiSchema });
+  }
+
+  /**
+   * A client over a pool of connections (pg.Pool, `max` of them): for an HTTP
+   * server, whose requests call the API at once — a gd_await holds one
+   * connection, not the others.  Each call is one statement, on whichever
+   * connection is free; for an insert in your own transaction, use one of
+   * the pool's clients: new Client(await pool.connect()).
+   */
+  static pool(config = {}, { max = 10, apiSchema = null } = {}) {
+    apiSchemaOption(apiSchema);
+    const options = typeof config === 'string' ? { connectionString: config } : { ...config };
+    const pool = new pg.Pool({ ...options, max });
+    pool.on('error', () => {}); // an idle connection that broke is dropped; the next call opens another
+    return new Client(pool, { own: true, apiSchema });
   }
 
   async end() {

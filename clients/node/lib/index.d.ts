@@ -1,5 +1,5 @@
 // Types of gen-durable (lib/index.js), checked by test/types (tsc --noEmit in `make check`).
-import type { Client as PgClient, ClientConfig } from 'pg';
+import type { Client as PgClient, ClientConfig, Pool, PoolConfig } from 'pg';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 export type State = { [key: string]: Json };
@@ -53,10 +53,12 @@ export interface Instance {
 }
 
 export class Client {
-  constructor(client: PgClient, options?: { own?: boolean; apiSchema?: string | null });
+  constructor(client: PgClient | Pool, options?: { own?: boolean; apiSchema?: string | null });
   static connect(config?: string | ClientConfig,
     options?: { pooler?: boolean; apiSchema?: string | null }): Promise<Client>;
-  readonly client: PgClient;
+  /** Over a pool of `max` connections (10), for an HTTP server: each call on whichever is free. */
+  static pool(config?: string | PoolConfig, options?: { max?: number; apiSchema?: string | null }): Client;
+  readonly client: PgClient | Pool;
   end(): Promise<void>;
   insert(fsm: string, state?: State, options?: Omit<InsertOptions, 'state'>): Promise<number | null>;
   insertAll(fsm: string, entries: Iterable<InsertOptions>): Promise<number[]>;

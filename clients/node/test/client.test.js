@@ -122,6 +122,22 @@ test('an insert inside your transaction commits with it, or not at all', async (
   assert.equal(await own.get(dropped), null);
 });
 
+test("Client.pool: an HTTP server's calls at once, a wait holding one connection, not the others", async (t) => {
+  const s = await scope();
+  const client = Client.pool(DSN, { max: 3 });
+  t.after(async () => { await client.end(); await s.end(); });
+  const fsm = s.name('pooled');
+  await s.define(fsm, 'work', { work: null }); // external: nothing runs it
+  const id = await client.insert(fsm);
+  let waited = false;
+  const waiting = client.wait(id, { timeout: 2 }).then((settled) => { waited = true; return settled; });
+  const ids = await Promise.all(Array.from({ length: 10 }, (_, n) => client.insert(fsm, { n })));
+  assert.equal(waited, false, 'the inserts did not queue behind the wait');
+  assert.equal(new Set(ids).size, 10);
+  assert.equal((await waiting).status, 'busy'); // its timeout: nothing ran it
+  assert.equal(client.client.totalCount <= 3, true);
+});
+
 test('behindPooler', () => {
   assert.equal(behindPooler(6432, '5432'), true);
   assert.equal(behindPooler(5432, '5432'), false);

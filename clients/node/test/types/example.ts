@@ -17,6 +17,11 @@ async function main(): Promise<void> {
   }
   await client.end();
 
+  const pooled = Client.pool('postgresql://app@localhost/app', { max: 20 }); // an HTTP server's
+  const placed: number | null = await pooled.insert('checkout', { sku: 'tea' });
+  await pooled.end();
+  console.log(placed);
+
   const worker = new Worker('postgresql://app@localhost/app', { queues: ['payments'], concurrency: 4, wait: 5 });
   worker.step('checkout', 'charge', async (state: State, ctx: Context) => {
     const amount = typeof state.amount === 'number' ? state.amount : 0;
