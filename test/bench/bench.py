@@ -437,9 +437,9 @@ def pids_of(admin, system):
 class NodeRun:
     """test/bench/node/peers.js SYSTEM WORKLOAD N, driven through its stdin/stdout protocol."""
 
-    def __init__(self, system, workload, n):
+    def __init__(self, system, workload, n, extra_env=None):
         env = dict(os.environ, BENCH_HOST=HOST, BENCH_PORT=str(PORT), NODE_PATH=NODE_MODULES,
-                   BENCH_TIMEOUT=str(int(TIMEOUT)), BENCH_W2_BUDGET=str(int(LATENCY_BUDGET_S)))
+                   BENCH_TIMEOUT=str(int(TIMEOUT)), BENCH_W2_BUDGET=str(int(LATENCY_BUDGET_S)), **(extra_env or {}))
         self.what = f"{system} {workload}"
         self.err = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([NODE, PEERS_JS, system, workload, str(n)], stdin=subprocess.PIPE,
@@ -815,6 +815,47 @@ def w7_horizon_for_minutes(res):
 
 
 # ------------------------------------------------------------------ report
+
+W10_VARIANTS = (("gdext", "gen_durable ext, claims wait", {"BENCH_GDEXT_NOTIFY": "0"}),
+                 ("gdext", "gen_durable ext, NOTIFY", {"BENCH_GDEXT_NOTIFY": "1"}),
+                 ("graphile", "graphile-worker (NOTIFY)", {}),
+                 ("pgboss", "pg-boss (polling)", {}))
+
+
+def w10_producers(admin):
+    """W10: BENCH_W10_PRODUCERS (16) producers, each committing one job per transaction with the
+    system's single-job API for BENCH_W10_SECONDS (60): completions per second while they produce,
+    their commit latency, and how long after they stop the last job is done."""
+    seconds = int(os.environ.get("BENCH_W10_SECONDS", "60"))
+    log(f"W10: {os.environ.get('BENCH_W10_PRODUCERS', '16')} producers, one job per transaction, {seconds} s")
+    out = {}
+    for system, label, extra in W10_VARIANTS:
+        if system not in SYSTEMS:
+            continue
+        reset(admin)
+        quiesce(admin)
+        run = NodeRun(system, "producers", seconds, extra)
+        run.read()
+        run.send("go")
+        res = run.read()["result"]
+        run.send("stop")
+        run.finish()
+        end = datetime.datetime.fromisoformat(res["started_at"].replace("Z", "+00:00")) + \
+            datetime.timedelta(seconds=seconds)
+        in_window, last = admin.execute("SELECT count(*) FILTER (WHERE at <= %s), max(at) FROM bench.peer_ledger",
+                                        [end]).fetchone()
+        commit = summary(res["commit_ms"])
+        out[label] = {"produced": res["produced"], "done": res["ledger"], "produced_per_s": res["produced"] / seconds,
+                      "completed_per_s": in_window / seconds, "commit_p50_ms": commit["p50"],
+                      "commit_p99_ms": commit["p99"],
+                      "last_done_after_s": (last - end).total_seconds() if last else None}
+        r = out[label]
+        log(f"    {label:30} produced {r['produced_per_s']:8,.0f}/s  completed {r['completed_per_s']:8,.0f}/s"
+            f"  commit p50 {r['commit_p50_ms']:6.2f} p99 {r['commit_p99_ms']:7.2f} ms"
+            f"  last done {r['last_done_after_s'] if r['last_done_after_s'] is not None else float('nan'):5.2f} s after"
+            f"  ({r['done']:,} of {r['produced']:,} done)")
+    return out
+
 
 def loadavg():
     with open("/proc/loadavg") as f:
@@ -1198,6 +1239,9 @@ def main():
 
     if "w7" in WORKLOADS:
         res["w7"] = w7_horizon_for_minutes(res)
+
+    if "w10" in WORKLOADS:
+        res["w10"] = w10_producers(admin)
 
     if "w8" in WORKLOADS:
         log("W8: W1 and W2 as the table grows (finished rows not yet swept, plus scheduled ones)")

@@ -26,6 +26,10 @@
 #       scenario is W9: executors and worker connections terminated at load
 #   W8  (not by default) W1 and W2 with 0, 1,000,000 and 10,000,000 finished
 #       instances not yet swept plus 1,000,000 scheduled
+#   W10 (not by default) 16 producers each committing one job per transaction
+#       for 60 s (BENCH_W10_PRODUCERS, BENCH_W10_SECONDS): completions/s and
+#       commit latency, gen_durable's external worker with claims that wait and
+#       with NOTIFY, graphile-worker (NOTIFY), pg-boss (polling)
 #
 # It prints figures and tables, never pass/fail; it is not part of `make
 # check`. The driver is test/bench/bench.py (Python 3 + psycopg, Debian's

@@ -32,6 +32,11 @@
  *                       a line once enqueued; `stop` ends it
  *             work      (gdext only) W1's work alone: N ledger INSERTs from the
  *                       worker's lanes as its handler does them, no queue
+ *             producers (W10) workers for w1 running; BENCH_W10_PRODUCERS (16)
+ *                       producers, each on a connection of its own, enqueue one
+ *                       job per call (one transaction) for N seconds, with the
+ *                       system's single-job API; each call's time is its commit
+ *                       latency
  *
  * Environment: BENCH_HOST (the server's socket dir), BENCH_PORT, NODE_PATH (the
  * node_modules with pg, pg-boss and graphile-worker) and the knobs below.
@@ -71,6 +76,7 @@ const KNOBS = {
 };
 const TIMEOUT_MS = 1000 * +env('BENCH_TIMEOUT', 180);
 const W2_BUDGET_MS = 1000 * +env('BENCH_W2_BUDGET', 120);
+const W10_PRODUCERS = +env('BENCH_W10_PRODUCERS', 16);
 
 const out = (obj) => process.stdout.write(JSON.stringify(obj) + '\n');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -298,6 +304,15 @@ class GdExt {
                                jsonb_build_object('n', g, 't', extract(epoch FROM clock_timestamp()))))
                                FROM generate_series(1, $1::int) g))`, [k]);
   }
+  /** W10: one function per producer, each enqueueing one job (its own transaction) on a connection of its own. */
+  async producers(count) {
+    this.producerConnections = await Promise.all(Array.from({ length: count }, (_, i) => connect(`producer ${i}`)));
+    return this.producerConnections.map((c) => (n) => c.query(
+      "SELECT gd_insert('x1', jsonb_build_object('n', $1::int, 't', extract(epoch FROM clock_timestamp())))", [n]));
+  }
+
+  async closeProducers() { for (const c of this.producerConnections) await c.end(); }
+
   async w2(n) {
     const c = await connect('w2 client');
     const run = async (i) => {
@@ -390,6 +405,17 @@ class PgBossPeer {
     for (let i = 1; i <= k; i++) jobs.push({ name: 'w1', data: { n: i, t } });
     await this.boss.insert(jobs);
   }
+
+  async producers(count) {
+    const PgBoss = require('pg-boss');
+    this.producer = new PgBoss({ ...CONN, application_name: 'bench pgboss producer', max: count,
+                                 supervise: false, schedule: false });
+    this.producer.on('error', (e) => console.error(`pg-boss producer error: ${e.message}`));
+    await this.producer.start();
+    return Array.from({ length: count }, () => (n) => this.producer.send('w1', { n, t: Date.now() / 1000 }));
+  }
+
+  async closeProducers() { await this.producer.stop({ graceful: false, wait: true }); }
 
   async w2(n) {
     const listener = new DoneListener();
@@ -487,6 +513,14 @@ class GraphilePeer {
     for (let i = 1; i <= k; i++) specs.push({ identifier: 'w1', payload: { n: i, t } });
     await this.utils.addJobs(specs);
   }
+
+  async producers(count) {
+    this.producerPool = new Pool({ ...CONN, application_name: 'bench graphile producer', max: count });
+    this.producerUtils = await this.gw.makeWorkerUtils({ pgPool: this.producerPool });
+    return Array.from({ length: count }, () => (n) => this.producerUtils.addJob('w1', { n, t: Date.now() / 1000 }));
+  }
+
+  async closeProducers() { await this.producerUtils.release(); await this.producerPool.end(); }
 
   async w2(n) {
     const listener = new DoneListener();
@@ -735,6 +769,31 @@ async function main() {
       out({ enqueued: parseInt(line, 10) });
     }
     if (p.client && SYSTEM === 'gdext') await p.client.end();
+    await p.stopWorkers();
+    return;
+  }
+  if (WORKLOAD === 'producers') {
+    await p.startWorkers('w1');
+    const producers = await p.producers(W10_PRODUCERS);
+    const probe = await connect('probe');
+    out({ ready: true, knobs: KNOBS[SYSTEM], pid: process.pid });
+    await waitForLine();
+    const { rows } = await probe.query('SELECT clock_timestamp() AS t');
+    const ms = [];
+    let produced = 0;
+    const end = nowMs() + N * 1000;
+    await Promise.all(producers.map(async (produce) => {
+      while (nowMs() < end) {
+        const t0 = nowMs();
+        await produce(++produced);
+        ms.push(nowMs() - t0);
+      }
+    }));
+    const got = await waitLedger(probe, 'SELECT count(*) AS n FROM bench.peer_ledger', produced);
+    out({ result: { produced, started_at: rows[0].t.toISOString(), commit_ms: ms, ledger: got } });
+    await waitForLine();
+    await probe.end();
+    await p.closeProducers();
     await p.stopWorkers();
     return;
   }
