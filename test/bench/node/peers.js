@@ -72,7 +72,8 @@ const KNOBS = {
               localQueue: +env('BENCH_GRAPHILE_LOCAL_QUEUE', 64),
               completeDelay: +env('BENCH_GRAPHILE_COMPLETE_DELAY', 0) },
   pgq: { pollMs: +env('BENCH_PGQ_POLL_MS', 10) },
-  dbos: { workers: +env('BENCH_DBOS_WORKERS', 16), pollMs: +env('BENCH_DBOS_POLL_MS', 50) },
+  dbos: { workers: +env('BENCH_DBOS_WORKERS', 16), pollMs: +env('BENCH_DBOS_POLL_MS', 50),
+          queue: env('BENCH_DBOS_QUEUE', '1') === '1' },
 };
 const TIMEOUT_MS = 1000 * +env('BENCH_TIMEOUT', 180);
 const W2_BUDGET_MS = 1000 * +env('BENCH_W2_BUDGET', 120);
@@ -635,7 +636,9 @@ class DbosPeer {
 
   constructor() {
     ({ DBOS: this.DBOS } = require('@dbos-inc/dbos-sdk'));
-    this.pool = new Pool({ ...CONN, application_name: 'bench dbos handlers', max: KNOBS.dbos.workers + 2 });
+    // Connections: as many as the queue runs workflows at once, within the server's max_connections.
+    this.connections = Math.min(KNOBS.dbos.workers + 2, 40);
+    this.pool = new Pool({ ...CONN, application_name: 'bench dbos handlers', max: this.connections });
   }
 
   async setup() { await this.start(); }
@@ -660,7 +663,7 @@ class DbosPeer {
     DBOS.setConfig({
       name: 'bench',
       systemDatabaseUrl: `postgresql://postgres@localhost/bench_dbos?host=${encodeURIComponent(CONN.host)}&port=${CONN.port}`,
-      systemDatabasePoolSize: KNOBS.dbos.workers + 8,
+      systemDatabasePoolSize: this.connections + 6,
       logLevel: 'error',
     });
     await DBOS.launch();
@@ -670,16 +673,20 @@ class DbosPeer {
 
   async startWorkers() { await this.start(); }
 
+  // Workflows go through the queue (its concurrency and polling: BENCH_DBOS_WORKERS, BENCH_DBOS_POLL_MS), or
+  // start at once in this process (BENCH_DBOS_QUEUE=0).
+  get startOptions() { return KNOBS.dbos.queue ? { queueName: 'bench' } : {}; }
+
   async enqueue(workload, n) {
     const { DBOS } = this;
-    if (workload === 'w4') { await DBOS.startWorkflow(this.parent, { queueName: 'bench' })({ children: n }); return; }
+    if (workload === 'w4') { await DBOS.startWorkflow(this.parent, this.startOptions)({ children: n }); return; }
     const wf = { w1: this.job, w3: this.chain }[workload];
-    for (let i = 1; i <= n; i++) await DBOS.startWorkflow(wf, { queueName: 'bench' })({ n: i });
+    for (let i = 1; i <= n; i++) await DBOS.startWorkflow(wf, this.startOptions)({ n: i });
   }
 
   async steady(k) {
     const t = Date.now() / 1000;
-    for (let i = 1; i <= k; i++) await this.DBOS.startWorkflow(this.job, { queueName: 'bench' })({ n: i, t });
+    for (let i = 1; i <= k; i++) await this.DBOS.startWorkflow(this.job, this.startOptions)({ n: i, t });
   }
 
   async w2(n) {
