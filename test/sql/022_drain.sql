@@ -95,7 +95,7 @@ RESET ROLE;
 -- family of children and its join, and a one-day wait that times out,
 -- moving its clock with gen_durable.now: claims and drains find due what is
 -- due by then, and the drain ends waits and joins as the reaper would.
-CREATE FUNCTION t.order_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+CREATE FUNCTION t.drain_order_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
     RETURN CASE
         WHEN ctx.step = 'reserve' THEN gd_next('charge', state)
@@ -106,10 +106,10 @@ BEGIN
 END $$;
 SET ROLE regress_drain_owner;
 SELECT gd_define_fsm('drained_order', initial => 'reserve', queue => 'drain_q', steps => $${
-    "reserve": {"handler": "t.order_step(jsonb, gd.context)"},
+    "reserve": {"handler": "t.drain_order_step(jsonb, gd.context)"},
     "charge": {},
-    "pack": {"handler": "t.order_step(jsonb, gd.context)"},
-    "ship": {"handler": "t.order_step(jsonb, gd.context)"}
+    "pack": {"handler": "t.drain_order_step(jsonb, gd.context)"},
+    "ship": {"handler": "t.drain_order_step(jsonb, gd.context)"}
 }$$);
 BEGIN;
 SELECT gd_insert('drained_order', '{"sku": "tea"}') AS order_id \gset
