@@ -23,21 +23,14 @@ extern "C" {
 
 namespace {
 
-BackendWaitSlot *my_wait_slot()
-{
-    int index = gd_my_backend_index();
-    if (gd_shared == nullptr || index < 0 || index >= MaxBackends)
-        return nullptr;
-    return &gd_shared->wait_slots[index];
-}
-
 void publish_awaited(int64 instance_id)
 {
-    BackendWaitSlot *slot = my_wait_slot();
+    BackendWaitSlot *slot = gd_my_wait_slot();
     if (slot == nullptr)
         return;
     slot->database_oid = MyDatabaseId;
     slot->proc = MyProc;
+    pg_atomic_write_u32(&slot->woken, 0);
     uint64 previous = pg_atomic_exchange_u64(&slot->instance_id, static_cast<uint64>(instance_id));
     if (previous == 0 && instance_id != 0)
         pg_atomic_fetch_add_u32(&gd_shared->awaiting_backends, 1);
@@ -48,7 +41,7 @@ void publish_awaited(int64 instance_id)
 void clear_at_transaction_end(XactEvent event, void *)
 {
     if (event == XACT_EVENT_ABORT || event == XACT_EVENT_COMMIT) {
-        BackendWaitSlot *slot = my_wait_slot();
+        BackendWaitSlot *slot = gd_my_wait_slot();
         if (slot != nullptr && pg_atomic_read_u64(&slot->instance_id) != 0)
             publish_awaited(0);
     }
@@ -78,9 +71,14 @@ GD_SQL_FUNCTION(gd_await_publish)
 
 void gd_sleep_until_woken(int32 timeout_ms, uint32 wait_event)
 {
-    if (timeout_ms > 0) {
+    BackendWaitSlot *slot = gd_my_wait_slot();
+    TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+    /* Only the flag says it happened: the latch may be set for another reason, or its wake-up consumed. */
+    while (timeout_ms > 0 && !(slot != nullptr && pg_atomic_exchange_u32(&slot->woken, 0) == 1)) {
         (void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout_ms, wait_event);
         ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        timeout_ms = static_cast<int32>(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until));
     }
     CHECK_FOR_INTERRUPTS();
 }

@@ -28,14 +28,6 @@ namespace {
 
 bool cleanup_registered = false;
 
-BackendWaitSlot *my_wait_slot()
-{
-    int index = gd_my_backend_index();
-    if (gd_shared == nullptr || index < 0 || index >= MaxBackends)
-        return nullptr;
-    return &gd_shared->wait_slots[index];
-}
-
 /* Stop waiting: the slot no longer names a queue. */
 void withdraw(BackendWaitSlot *slot)
 {
@@ -47,7 +39,7 @@ void clear_at_transaction_end(XactEvent event, void *)
 {
     if (event != XACT_EVENT_ABORT && event != XACT_EVENT_COMMIT)
         return;
-    BackendWaitSlot *slot = my_wait_slot();
+    BackendWaitSlot *slot = gd_my_wait_slot();
     if (slot != nullptr)
         withdraw(slot);
 }
@@ -55,7 +47,7 @@ void clear_at_transaction_end(XactEvent event, void *)
 /* Wait for work of `queue` (nullptr: stop waiting). */
 void publish(const char *queue)
 {
-    BackendWaitSlot *slot = my_wait_slot();
+    BackendWaitSlot *slot = gd_my_wait_slot();
     if (slot == nullptr)
         return;
     withdraw(slot); /* the name changes only while no waker reads it as ours */
@@ -68,6 +60,7 @@ void publish(const char *queue)
     slot->database_oid = MyDatabaseId;
     slot->proc = MyProc;
     strlcpy(slot->claim_queue, queue, sizeof(slot->claim_queue));
+    pg_atomic_write_u32(&slot->woken, 0); /* woken from now on: the pick that follows may miss the work */
     pg_write_barrier();
     pg_atomic_write_u32(&slot->claim_waiting, 1);
     pg_atomic_fetch_add_u32(&gd_shared->claiming_backends, 1);
@@ -87,7 +80,7 @@ void gd_wake_claimers(const char *queue)
         /* A name read while its owner republishes may be torn: a spurious wake-up,
          * or none for a claim that has not picked yet (and will see the rows). */
         if (slot.database_oid == MyDatabaseId && strncmp(slot.claim_queue, queue, NAMEDATALEN) == 0)
-            SetLatch(&slot.proc->procLatch);
+            gd_wake_process(&slot.woken, slot.proc);
     }
 }
 

@@ -87,6 +87,7 @@ struct WorkerSlot {
     pg_atomic_uint64 since;         /* TimestampTz of the current activity */
     pg_atomic_uint64 cancel_step;   /* gd_cancel of the instance whose step this executor runs: stop it */
     pg_atomic_uint32 served;        /* the worker committed a round since the launcher started it */
+    pg_atomic_uint32 woken;         /* set with the latch by gd_wake_process: work may wait */
     /* An executor's figures for gd.queue_stats (labelled_stats.cpp). */
     pg_atomic_uint64 busy_share;    /* a double: share of recent time spent in rounds, as last noted */
     pg_atomic_uint64 busy_noted_at; /* TimestampTz of that note; 0: none yet */
@@ -98,6 +99,7 @@ struct WorkerSlot {
 struct BackendWaitSlot {
     pg_atomic_uint64 instance_id;   /* gd_await: the instance awaited; 0 when not waiting */
     pg_atomic_uint32 claim_waiting; /* gd_claim: 1 while it waits for work of claim_queue */
+    pg_atomic_uint32 woken;         /* set with the latch by gd_wake_process: what it waits for happened */
     char claim_queue[NAMEDATALEN];
     Oid database_oid;
     PGPROC *proc;
@@ -121,6 +123,18 @@ struct GdShared {
 extern GdShared *gd_shared;
 
 void gd_install_shmem_hooks();
+
+/*
+ * Wake a process sleeping for something: set its flag, then its latch.  A
+ * latch alone can be lost: any wait inside a statement (a lock, a buffer
+ * being read, a handler's pg_sleep) resets the process's latch, so a wake-up
+ * that lands while it looks for work would be consumed before it sleeps.
+ * The sleeper clears the flag before it looks and sleeps only while it is
+ * clear.
+ */
+void gd_wake_process(pg_atomic_uint32 *woken, PGPROC *proc);
+/* This backend's wait slot; nullptr without the engine. */
+BackendWaitSlot *gd_my_wait_slot();
 
 /*
  * Raise 55000 naming shared_preload_libraries when the library was not
@@ -154,7 +168,7 @@ void gd_wake_awaiters_at_commit(int64 instance_id);
 void gd_wake_reaper_at_commit();
 void gd_register_xact_callback();
 void gd_register_await_cleanup(); /* await.cpp */
-/* Sleep on this backend's latch until it is set, `timeout_ms` pass, or a cancel (await.cpp). */
+/* Sleep until this backend's wait slot is woken, `timeout_ms` pass, or a cancel (await.cpp). */
 void gd_sleep_until_woken(int32 timeout_ms, uint32 wait_event);
 /* Wake the backends waiting in gd_claim for work of this queue (claim_wait.cpp; at commit, from notify.cpp). */
 void gd_wake_claimers(const char *queue);

@@ -186,7 +186,7 @@ void tell_reapers_a_worker_died()
     LWLockAcquire(gd_shared->lock, LW_SHARED);
     for (WorkerSlot &slot : gd_shared->workers)
         if (slot.kind == WorkerKind::reaper && slot.proc != nullptr)
-            SetLatch(&slot.proc->procLatch);
+            gd_wake_process(&slot.woken, slot.proc);
     LWLockRelease(gd_shared->lock);
 }
 

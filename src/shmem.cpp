@@ -12,10 +12,12 @@
  */
 #include "gen_durable.hpp"
 #include "labelled_stats.hpp"
+#include "pg_compat.hpp"
 
 extern "C" {
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/shmem.h"
 }
 
@@ -57,6 +59,7 @@ void startup_shmem()
             pg_atomic_init_u64(&slot.since, 0);
             pg_atomic_init_u64(&slot.cancel_step, 0);
             pg_atomic_init_u32(&slot.served, 0);
+            pg_atomic_init_u32(&slot.woken, 0);
             pg_atomic_init_u64(&slot.busy_share, 0);
             pg_atomic_init_u64(&slot.busy_noted_at, 0);
             pg_atomic_init_u32(&slot.pick_limit, 0);
@@ -73,6 +76,7 @@ void startup_shmem()
         {
             pg_atomic_init_u64(&gd_shared->wait_slots[i].instance_id, 0);
             pg_atomic_init_u32(&gd_shared->wait_slots[i].claim_waiting, 0);
+            pg_atomic_init_u32(&gd_shared->wait_slots[i].woken, 0);
         }
     }
     void *labelled = ShmemInitStruct("gen_durable labelled stats", gd_labelled_stats_size(), &found);
@@ -143,6 +147,20 @@ void gd_worker_attach(WorkerSlot *slot)
     slot->idle = false;
     LWLockRelease(gd_shared->lock);
     before_shmem_exit(detach_worker_slot, PointerGetDatum(slot));
+}
+
+BackendWaitSlot *gd_my_wait_slot()
+{
+    int index = gd_my_backend_index();
+    if (gd_shared == nullptr || index < 0 || index >= MaxBackends)
+        return nullptr;
+    return &gd_shared->wait_slots[index];
+}
+
+void gd_wake_process(pg_atomic_uint32 *woken, PGPROC *proc)
+{
+    pg_atomic_write_u32(woken, 1);
+    SetLatch(&proc->procLatch); /* a full barrier: the sleeper that sees the latch sees the flag */
 }
 
 void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id)

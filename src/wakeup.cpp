@@ -49,7 +49,7 @@ void wake_queue_executors(const PendingWake &wake)
             if (woken >= wake.instances)
                 break;
             if (executor_of_this_database(slot) && slot.idle == want_idle && strcmp(slot.queue, wake.queue) == 0) {
-                SetLatch(&slot.proc->procLatch);
+                gd_wake_process(&slot.woken, slot.proc);
                 woken++;
             }
         }
@@ -62,11 +62,11 @@ void wake_workers()
     if (pending_reaper_wake)
         for (WorkerSlot &slot : gd_shared->workers)
             if (slot.kind == WorkerKind::reaper && slot.proc != nullptr && slot.database_oid == MyDatabaseId)
-                SetLatch(&slot.proc->procLatch);
+                gd_wake_process(&slot.woken, slot.proc);
     if (pending_database_wake) {
         for (WorkerSlot &slot : gd_shared->workers) /* executors and the reaper */
             if (slot.proc != nullptr && slot.database_oid == MyDatabaseId)
-                SetLatch(&slot.proc->procLatch);
+                gd_wake_process(&slot.woken, slot.proc);
         /* Executors that failed to start (the database was just created) start now. */
         pg_atomic_write_u32(&gd_shared->restart_now, 1);
         if (gd_shared->launcher_proc != nullptr)
@@ -89,7 +89,7 @@ void wake_awaiters()
             continue;
         for (int64 id : pending_awaited)
             if (id == awaited) {
-                SetLatch(&slot.proc->procLatch);
+                gd_wake_process(&slot.woken, slot.proc);
                 break;
             }
     }

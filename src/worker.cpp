@@ -194,11 +194,12 @@ long run_round()
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     SPI_connect();
-    PushActiveSnapshot(GetTransactionSnapshot());
     MemoryContextSwitchTo(round_context);
 
     long sleep_ms = MISSING_EXTENSION_RECHECK_MS;
     Oid extension = lock_extension();
+    /* Taken after the lock: the round sees the extension its statement just committed (installed_version). */
+    PushActiveSnapshot(GetTransactionSnapshot());
     if (extension == InvalidOid || extension != served_extension)
         served_extension = check_extension(extension) ? extension : InvalidOid;
     bool extension_ready = served_extension != InvalidOid;
@@ -264,6 +265,7 @@ void log_stop(int, Datum)
 {
     for (;;) {
         ResetLatch(MyLatch); /* before looking for work: a wake-up from now on is not lost */
+        pg_atomic_write_u32(&my_slot->woken, 0); /* nor one whose latch a wait in the round consumes */
         CHECK_FOR_INTERRUPTS();
         gd_exit_if_postmaster_died(); /* a busy worker never sleeps on its latch, which would tell it */
         if (ConfigReloadPending) {
@@ -281,7 +283,7 @@ void log_stop(int, Datum)
             sleep_ms = ERROR_PAUSE_MS;
         }
         PG_END_TRY();
-        if (sleep_ms > 0)
+        if (sleep_ms > 0 && pg_atomic_read_u32(&my_slot->woken) == 0)
             sleep_on_latch(sleep_ms);
     }
 }
