@@ -817,9 +817,47 @@ def w7_horizon_for_minutes(res):
 # ------------------------------------------------------------------ report
 
 W10_VARIANTS = (("gdext", "gen_durable ext, claims wait", {"BENCH_GDEXT_NOTIFY": "0"}),
+                 ("gdext", "gen_durable ext, wait, PgBouncer", {"BENCH_GDEXT_NOTIFY": "0", "via_pgbouncer": True}),
                  ("gdext", "gen_durable ext, NOTIFY", {"BENCH_GDEXT_NOTIFY": "1"}),
                  ("graphile", "graphile-worker (NOTIFY)", {}),
                  ("pgboss", "pg-boss (polling)", {}))
+PGBOUNCER = "/usr/sbin/pgbouncer"
+
+
+class PgBouncer:
+    """Debian's PgBouncer in transaction mode in front of the bench database (as the postgres user:
+    it refuses root), a server connection per client up to `pool_size`."""
+
+    def __init__(self, pool_size):
+        self.dir = tempfile.mkdtemp(prefix="gd_bench_pgbouncer.")
+        self.port = int(PORT) + 1000
+        with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
+            f.write('"postgres" ""\n')
+        with open(os.path.join(self.dir, "pgbouncer.ini"), "w") as f:
+            f.write("\n".join([
+                "[databases]", f"bench = host={HOST} port={PORT} dbname=bench",
+                "[pgbouncer]", "listen_addr = 127.0.0.1", f"listen_port = {self.port}",
+                f"unix_socket_dir = {self.dir}", "auth_type = trust",
+                f"auth_file = {self.dir}/userlist.txt", "pool_mode = transaction",
+                f"default_pool_size = {pool_size}", "max_client_conn = 200",
+                f"logfile = {self.dir}/pgbouncer.log", f"pidfile = {self.dir}/pgbouncer.pid", ""]))
+        subprocess.run(["chown", "-R", "postgres", self.dir], check=True)
+        command = [PGBOUNCER, os.path.join(self.dir, "pgbouncer.ini")]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--"] + command
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                psycopg.connect(host="127.0.0.1", port=self.port, dbname="bench", user="postgres").close()
+                return
+            except psycopg.OperationalError:
+                time.sleep(0.1)
+        self.close()
+        raise SystemExit(f"bench: PgBouncer did not start (see {self.dir}/pgbouncer.log)")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait()
 
 
 def w10_producers(admin):
@@ -834,12 +872,21 @@ def w10_producers(admin):
             continue
         reset(admin)
         quiesce(admin)
-        run = NodeRun(system, "producers", seconds, extra)
-        run.read()
-        run.send("go")
-        res = run.read()["result"]
-        run.send("stop")
-        run.finish()
+        extra = dict(extra)
+        bouncer = None
+        if extra.pop("via_pgbouncer", False):
+            bouncer = PgBouncer(pool_size=int(os.environ.get("BENCH_GDEXT_LANES", "4")) + 2)
+            extra.update(BENCH_GDEXT_WORKER_HOST="127.0.0.1", BENCH_GDEXT_WORKER_PORT=str(bouncer.port))
+        try:
+            run = NodeRun(system, "producers", seconds, extra)
+            run.read()
+            run.send("go")
+            res = run.read()["result"]
+            run.send("stop")
+            run.finish()
+        finally:
+            if bouncer:
+                bouncer.close()
         end = datetime.datetime.fromisoformat(res["started_at"].replace("Z", "+00:00")) + \
             datetime.timedelta(seconds=seconds)
         in_window, last = admin.execute("SELECT count(*) FILTER (WHERE at <= %s), max(at) FROM bench.peer_ledger",

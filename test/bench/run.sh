@@ -28,7 +28,8 @@
 #       instances not yet swept plus 1,000,000 scheduled
 #   W10 (not by default) 16 producers each committing one job per transaction
 #       for 60 s (BENCH_W10_PRODUCERS, BENCH_W10_SECONDS): completions/s and
-#       commit latency, gen_durable's external worker with claims that wait and
+#       commit latency, gen_durable's external worker with claims that wait
+#       (also with its connections through PgBouncer in transaction mode) and
 #       with NOTIFY, graphile-worker (NOTIFY), pg-boss (polling)
 #
 # It prints figures and tables, never pass/fail; it is not part of `make

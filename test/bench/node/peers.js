@@ -39,7 +39,9 @@
  *                       latency
  *
  * Environment: BENCH_HOST (the server's socket dir), BENCH_PORT, NODE_PATH (the
- * node_modules with pg, pg-boss and graphile-worker) and the knobs below.
+ * node_modules with pg, pg-boss and graphile-worker) and the knobs below;
+ * BENCH_GDEXT_WORKER_HOST/_PORT: where gen_durable's external worker's lanes
+ * connect instead (PgBouncer in transaction mode, for W10).
  *
  * Protocol with bench.py: once its workers are started and idle this prints a
  * JSON line {"ready": ...}; it then waits for a line on stdin, runs the
@@ -83,8 +85,13 @@ const out = (obj) => process.stdout.write(JSON.stringify(obj) + '\n');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const nowMs = () => Number(process.hrtime.bigint()) / 1e6;
 
-async function connect(name) {
-  const c = new Client({ ...CONN, application_name: `bench ${SYSTEM} ${name}` });
+// The external worker's lanes: through a pooler when bench.py puts one in front of the server.
+const WORKER_CONN = process.env.BENCH_GDEXT_WORKER_PORT
+  ? { ...CONN, host: process.env.BENCH_GDEXT_WORKER_HOST, port: parseInt(process.env.BENCH_GDEXT_WORKER_PORT, 10) }
+  : CONN;
+
+async function connect(name, where = CONN) {
+  const c = new Client({ ...where, application_name: `bench ${SYSTEM} ${name}` });
   // A connection terminated while idle (W9) fails its next query, where the
   // caller handles it; the event alone must not end the process.
   c.on('error', (e) => { if (!c.lost) console.error(`bench ${SYSTEM} ${name}: ${e.message}`); c.lost = true; });
@@ -142,7 +149,7 @@ class GdExt {
     if (k.notify) await this.listen();
     this.lanes = [];
     for (let i = 0; i < k.lanes; i++) {
-      const lane = { c: await connect(`lane ${i}`) };
+      const lane = { c: await connect(`lane ${i}`, WORKER_CONN) };
       lane.done = workload === 'work' ? Promise.resolve() : this.lane(lane, i, k.batch);
       this.lanes.push(lane);
     }
@@ -209,7 +216,7 @@ class GdExt {
         if (this.stopping) return;
         lane.c.end().catch(() => {});
         await sleep(100);
-        lane.c = await connect(`lane ${i}`).catch(() => lane.c);
+        lane.c = await connect(`lane ${i}`, WORKER_CONN).catch(() => lane.c);
       }
     }
   }
