@@ -172,6 +172,8 @@ void gd_register_await_cleanup(); /* await.cpp */
 void gd_sleep_until_woken(int32 timeout_ms, uint32 wait_event);
 /* Wake the backends waiting in gd_claim for work of this queue (claim_wait.cpp; at commit, from notify.cpp). */
 void gd_wake_claimers(const char *queue);
+/* At commit, after the frontiers: wake the claims waiting for the queues this transaction gave work (notify.cpp). */
+void gd_wake_claimers_at_commit();
 /* The session ran LISTEN, UNLISTEN or DISCARD (notify.cpp: NOTIFY gd_work only while someone listens). */
 void gd_note_listening(const Node *statement);
 

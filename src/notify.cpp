@@ -21,6 +21,9 @@
  * back subtransaction recorded is forgotten; an aborted or prepared
  * transaction notifies nothing (a prepared one's work is found by the
  * workers' poll).  Executors are never woken this way (see wakeup.cpp).
+ * The waiting claims are woken by wakeup.cpp's commit callback, after it has
+ * lowered the claim frontiers to the rows announced: a claim woken before
+ * that would pick from the old marks, miss the rows and sleep again.
  */
 #include "executor.hpp"
 #include "guard.hpp"
@@ -82,11 +85,7 @@ void on_transaction_end(XactEvent event, void *)
         pending.clear();
         break;
     case XACT_EVENT_COMMIT:
-        for (const PendingNotify &p : due)
-            gd_wake_claimers(p.queue);
-        due.clear();
-        pending.clear();
-        break;
+        break; /* wakeup.cpp's callback wakes the claims, once it has lowered the claim frontiers */
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PREPARE:
     case XACT_EVENT_PRE_PREPARE:
@@ -182,6 +181,13 @@ Datum column_value(TriggerData *trigger, HeapTuple tuple, const char *column)
 }
 
 } // namespace
+
+void gd_wake_claimers_at_commit()
+{
+    for (const PendingNotify &p : due)
+        gd_wake_claimers(p.queue);
+    due.clear();
+}
 
 void gd_note_listening(const Node *statement)
 {

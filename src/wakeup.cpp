@@ -101,6 +101,7 @@ void on_transaction_end(XactEvent event, void *)
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
         gd_frontier_transaction_end(true); /* before the wake-ups: the woken pick from the lowered marks */
+        gd_wake_claimers_at_commit();
         if (gd_shared == nullptr)
             break;
         if (!pending_wakes.empty() || pending_database_wake || pending_reaper_wake)
