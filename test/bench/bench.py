@@ -897,7 +897,7 @@ def w10_producers(admin):
                       "commit_p99_ms": commit["p99"],
                       "last_done_after_s": (last - end).total_seconds() if last else None}
         r = out[label]
-        log(f"    {label:30} produced {r['produced_per_s']:8,.0f}/s  completed {r['completed_per_s']:8,.0f}/s"
+        log(f"    {label:33} produced {r['produced_per_s']:8,.0f}/s  completed {r['completed_per_s']:8,.0f}/s"
             f"  commit p50 {r['commit_p50_ms']:6.2f} p99 {r['commit_p99_ms']:7.2f} ms"
             f"  last done {r['last_done_after_s'] if r['last_done_after_s'] is not None else float('nan'):5.2f} s after"
             f"  ({r['done']:,} of {r['produced']:,} done)")
