@@ -117,6 +117,7 @@ DECLARE
     usable text[];   -- the FSMs claimed from; NULL: all (a superuser's claim without fsms)
     wait_until timestamptz;
     wait_ms int;
+    claimed boolean;
 BEGIN
     PERFORM gd._known_queue(claim_queue);
     IF claim_worker IS NULL OR claim_worker = '' THEN
@@ -141,25 +142,37 @@ BEGIN
     IF _claim.wait < interval '0' OR _claim.wait > interval '1 hour' THEN
         PERFORM gd._bad_argument(format('wait must be between 0 and 1 hour, got %s', _claim.wait));
     END IF;
+    -- Asked before the first pick: a pick that finds nothing may have taken a transaction id itself
+    -- (a row it tried to lock, claimed meanwhile by another worker).
+    IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
+            MESSAGE = 'gen_durable: gd_claim cannot wait in a transaction that has written',
+            DETAIL = 'It would hold that transaction''s locks while it waits.',
+            HINT = 'Claim with wait in a transaction of its own (or without wait).';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
+            MESSAGE = 'gen_durable: gd_claim cannot wait in a ' || current_setting('transaction_isolation')
+                      || ' transaction',
+            DETAIL = 'Its snapshot would never see the work that commits while it waits.',
+            HINT = 'Claim with wait in a read committed transaction (or without wait).';
+    END IF;
     wait_until := clock_timestamp() + _claim.wait;
     LOOP
         -- Published before the pick: work committed after it wakes the sleep below.
         PERFORM gd._claim_wait_publish(claim_queue);
-        RETURN QUERY SELECT * FROM gd._claim_steps(claim_queue, claim_worker, claim_max, lease_length, usable);
-        EXIT WHEN FOUND;
-        IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
-                MESSAGE = 'gen_durable: gd_claim cannot wait in a transaction that has written',
-                DETAIL = 'It would hold that transaction''s locks while it waits.',
-                HINT = 'Claim with wait in a transaction of its own (or without wait).';
-        END IF;
-        IF current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION USING ERRCODE = 'invalid_transaction_state',
-                MESSAGE = 'gen_durable: gd_claim cannot wait in a ' || current_setting('transaction_isolation')
-                          || ' transaction',
-                DETAIL = 'Its snapshot would never see the work that commits while it waits.',
-                HINT = 'Claim with wait in a read committed transaction (or without wait).';
-        END IF;
+        -- A pick that claims nothing is rolled back (a subtransaction), so the wait holds no row
+        -- it locked and did not take (one its rate limit refused).
+        BEGIN
+            RETURN QUERY SELECT * FROM gd._claim_steps(claim_queue, claim_worker, claim_max, lease_length, usable);
+            claimed := FOUND;
+            IF NOT claimed THEN
+                RAISE EXCEPTION USING ERRCODE = 'GDNC0';
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'GDNC0' THEN
+            NULL;
+        END;
+        EXIT WHEN claimed;
         wait_ms := ceil(extract(epoch FROM wait_until - clock_timestamp()) * 1000)::int;
         EXIT WHEN wait_ms <= 0;
         PERFORM gd._claim_wait_sleep(wait_ms);
