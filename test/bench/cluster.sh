@@ -133,6 +133,6 @@ bench_log_errors() {
     if [[ $errors -gt 0 ]]; then
         echo
         echo "server log: $errors ERROR/FATAL/PANIC lines; the first ones:"
-        grep -E ' (ERROR|FATAL|PANIC): ' "$LOG" | head -n 5
+        grep -m 5 -E ' (ERROR|FATAL|PANIC): ' "$LOG" # (not | head: pipefail would fail the run on grep's SIGPIPE)
     fi
 }
