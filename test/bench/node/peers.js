@@ -75,7 +75,7 @@ const KNOBS = {
               completeDelay: +env('BENCH_GRAPHILE_COMPLETE_DELAY', 0) },
   pgq: { pollMs: +env('BENCH_PGQ_POLL_MS', 10) },
   dbos: { workers: +env('BENCH_DBOS_WORKERS', 16), pollMs: +env('BENCH_DBOS_POLL_MS', 50),
-          queue: env('BENCH_DBOS_QUEUE', '1') === '1' },
+          queue: env('BENCH_DBOS_QUEUE', '1') === '1', enqueuers: +env('BENCH_DBOS_ENQUEUERS', 1) },
 };
 const TIMEOUT_MS = 1000 * +env('BENCH_TIMEOUT', 180);
 const W2_BUDGET_MS = 1000 * +env('BENCH_W2_BUDGET', 120);
@@ -688,7 +688,12 @@ class DbosPeer {
     const { DBOS } = this;
     if (workload === 'w4') { await DBOS.startWorkflow(this.parent, this.startOptions)({ children: n }); return; }
     const wf = { w1: this.job, w3: this.chain }[workload];
-    for (let i = 1; i <= n; i++) await DBOS.startWorkflow(wf, this.startOptions)({ n: i });
+    // No bulk call: BENCH_DBOS_ENQUEUERS calls in flight at once, each starting the next job.
+    let started = 0;
+    const enqueuer = async () => {
+      while (started < n) await DBOS.startWorkflow(wf, this.startOptions)({ n: ++started });
+    };
+    await Promise.all(Array.from({ length: KNOBS.dbos.enqueuers }, enqueuer));
   }
 
   async steady(k) {
