@@ -92,7 +92,9 @@ class InABrowser(DashboardTest):
         Select(self.browser.find_element(By.NAME, "status")).select_by_visible_text("awaiting_signal")
         key = self.browser.find_element(By.NAME, "key")
         key.send_keys(f"browser-{self.tag}-")
+        unfiltered = self.browser.find_element(By.ID, "instances")
         self.browser.find_element(By.CSS_SELECTOR, "#filter button[type=submit]").click()
+        self.wait.until(expected_conditions.staleness_of(unfiltered))  # (its two rows are these two too)
         self.wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#instances tr[data-id]")) == 2)
         self.shot("instances")
 
