@@ -123,7 +123,7 @@ my ($victim, $victim_instance) = split /\|/, $node->safe_psql('postgres',
 	"SELECT pid, instance_id FROM gd.workers WHERE kind = 'executor' AND instance_id IS NOT NULL ORDER BY pid LIMIT 1");
 my $off = log_size();
 ok(kill('KILL', $victim), "kill -9 executor $victim, inside a step");
-ok($node->poll_query_until('postgres', 'SELECT true'), 'the server accepts connections again');
+ok(GdTest::poll_through_restart($node, 'SELECT true', 't'), 'the server accepts connections again');
 ok($node->log_contains(qr/all server processes terminated; reinitializing/, $off),
 	'the postmaster crash-restarted every backend');
 all_held('after the crash-restart');

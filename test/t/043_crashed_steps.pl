@@ -66,7 +66,7 @@ $node->poll_query_until('postgres',
 my $victim = $node->safe_psql('postgres', "SELECT pid FROM gd.workers WHERE instance_id = $killed");
 $off = -s $node->logfile;
 ok(kill('KILL', $victim), 'kill -9 the executor in the step');
-ok($node->poll_query_until('postgres', "SELECT status = 'failed' FROM gd.instances WHERE id = $killed"),
+ok(GdTest::poll_through_restart($node, "SELECT status = 'failed' FROM gd.instances WHERE id = $killed", 't'),
 	'after the crash-restart, the step in flight counted its attempt: with max_attempts 1, the instance failed');
 ok($node->log_contains(qr/reinitializing/, $off), 'the server crash-restarted');
 like($node->safe_psql('postgres', "SELECT (error->>'kind') || ': ' || (error->>'message') FROM gd.instances WHERE id = $killed"),

@@ -12,6 +12,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 # The settings every test node starts from, in postgresql.conf order.
 # (fsync = off is also Cluster.pm's own default; lc_messages = 'C' keeps the
@@ -128,6 +129,24 @@ sub poll_done
 {
 	my ($node, $ids, $n) = @_;
 	return $node->poll_query_until('postgres', done_query($ids), $n);
+}
+
+# poll_through_restart($node, $sql, $want): true once $sql returns $want, while
+# the server may be crash-restarting (within timeout_default).  A psql that
+# finds the server restarting may exit before it reads the query, and
+# IPC::Run's write to it then dies on a broken pipe: poll_query_until would
+# die with it.
+sub poll_through_restart
+{
+	my ($node, $sql, $want) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		my ($rc, $out) = eval { $node->psql('postgres', $sql) };
+		return 1 if defined $rc && $rc == 0 && $out eq $want;
+		usleep(100_000);
+	}
+	return 0;
 }
 
 1;
