@@ -17,7 +17,18 @@
  *
  * Only plain data is live here: PostgreSQL errors propagate as usual.
  */
-#include "executor.hpp"
+#include "concurrency_keys.hpp"
+#include "error_documents.hpp"
+#include "gen_durable.hpp"
+#include "handler_call.hpp"
+#include "instance_status.hpp"
+#include "kept_plans.hpp"
+#include "outcomes.hpp"
+#include "picker.hpp"
+#include "rate_limits.hpp"
+#include "rounds.hpp"
+#include "step_definitions.hpp"
+#include "transition.hpp"
 #include "guard.hpp"
 #include "labelled_stats.hpp"
 
@@ -67,7 +78,7 @@ ClaimedRow read_claimed(HeapTuple tuple, TupleDesc desc)
 Transition undefined_step_transition(const PickedInstance &row)
 {
     Transition t = gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined");
-    t.claimed = true;
+    t.ran.claimed = true;
     return t;
 }
 
@@ -93,19 +104,19 @@ Datum lease_expired_json(const ClaimedRow &claimed, const StepDefinition &def, b
 void reclaim(const ClaimedRow &claimed)
 {
     const PickedInstance &row = claimed.row;
-    const StepDefinition *def = gd_find_step(row.fsm, row.version, row.step);
-    if (def == nullptr && gd_version_not_ready(row.fsm, row.version))
+    std::optional<StepDefinition> def = gd_find_step(row.fsm, row.version, row.step);
+    if (!def && gd_version_not_ready(row.fsm, row.version))
         return; /* a restore in progress: reclaimed once its definitions are there */
-    if (def == nullptr) {
-        gd_apply_transition(row.id, undefined_step_transition(row));
+    if (!def) {
+        gd_apply_transition(row.id, undefined_step_transition(row), StatusWriter::lease_expiry);
         return;
     }
     /* The attempt is counted.  A step that overran its timeout is retried after its backoff, as an
      * in-database one is; one whose worker died runs again at once (the step did not fail). */
     bool timed_out = overran(claimed, *def);
     Transition t = gd_retry_transition(row, *def, lease_expired_json(claimed, *def, timed_out), timed_out ? -1 : 0);
-    t.event = StatEvent::count_; /* counted as reaped, not as a step's outcome */
-    gd_apply_transition(row.id, t);
+    t.ran.event = StatEvent::count_; /* counted as reaped, not as a step's outcome */
+    gd_apply_transition(row.id, t, StatusWriter::lease_expiry);
     gd_count_queue(row.queue, QueueEvent::reclaimed);
 }
 
@@ -188,23 +199,17 @@ void drop_stale_outcomes(const Completion *claims, int n, Oid caller)
 void complete_claim(TransitionBatch &completions, const ClaimedRow &claimed, HeapTupleHeader outcome, Oid caller)
 {
     const PickedInstance &row = claimed.row;
-    const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
-    Transition t{};
-    if (found == nullptr) {
-        t = undefined_step_transition(row);
-    } else {
-        const StepDefinition def = *found; /* the cache may be emptied by what follows */
-        t = gd_outcome_transition(row, def, outcome, caller);
-    }
+    std::optional<StepDefinition> def = gd_find_step(row.fsm, row.version, row.step);
+    Transition t = def ? gd_outcome_transition(row, *def, outcome, caller) : undefined_step_transition(row);
     if (claimed.claimed_at != 0) {
-        t.started_at = claimed.claimed_at;
-        t.duration_us = GetCurrentTimestamp() - claimed.claimed_at;
+        t.ran.started_at = claimed.claimed_at;
+        t.ran.duration_us = GetCurrentTimestamp() - claimed.claimed_at;
     }
-    t.worker = claimed.lease_owner;
+    t.ran.worker = claimed.lease_owner;
     gd_prepare_transition(row.id, t);
     gd_write_transition_batched(completions, row.id, t);
-    if (t.status == Status::runnable && !t.external && !t.moved) { /* an in-database step is next (a moved one is woken as written) */
-        PickKey key{row.priority, t.eligible_at, row.id};
+    if (t.to.status == Status::runnable && !t.to.external && !t.to.moved) { /* an in-database step is next (a moved one is woken as written) */
+        PickKey key{row.priority, t.to.eligible_at, row.id};
         gd_wake_queue_at_commit(row.queue, &key);
     }
 }
@@ -230,7 +235,8 @@ void complete_claims(Completion *claims, int n)
         Oid types[3] = {INT8ARRAYOID, INT8ARRAYOID, OIDOID};
         /* By the primary key alone (= ANY: whatever the join order): a
          * status test here could make the planner walk every lease. */
-        owned_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS ", c.ord::int, i.status = 'executing'"
+        owned_plan = gd_prepare_kept("SELECT " CLAIMED_COLUMNS ", c.ord::int,"
+                                     "       i.status = ANY (gd._statuses_before('completion'))"
                                      "  FROM unnest($1, $2) WITH ORDINALITY AS c(id, token, ord)"
                                      "  JOIN gd._instances i ON i.id = c.id AND i.lease_token = c.token"
                                      " WHERE i.id = ANY ($1) AND gd._may_use_instance($3, i.owner, i.fsm)"
@@ -245,7 +251,7 @@ void complete_claims(Completion *claims, int n)
     SPITupleTable *owned = SPI_tuptable; /* kept: the transitions run statements of their own */
     uint64 owned_count = SPI_processed;
     TransitionBatch completions;
-    gd_begin_transitions(completions, Status::executing, static_cast<int>(owned_count));
+    gd_begin_transitions(completions, StatusWriter::completion, static_cast<int>(owned_count));
     int64 previous_id = 0;
     for (uint64 r = 0; r < owned_count; r++) {
         bool isnull;
@@ -325,8 +331,7 @@ GD_SQL_FUNCTION(gd_claim_steps)
     bool *no_deadline = static_cast<bool *>(palloc(sizeof(bool) * Max(picked, 1)));
     int admitted_count = 0;
     for (int i = 0; i < picked; i++) {
-        const StepDefinition *found = gd_find_step(rows[i].fsm, rows[i].version, rows[i].step);
-        StepDefinition def = found != nullptr ? *found : StepDefinition{};
+        StepDefinition def = gd_find_step(rows[i].fsm, rows[i].version, rows[i].step).value_or(StepDefinition{});
         if ((rows[i].rate_limit == nullptr && def.rate_limit[0] == '\0') || gd_admit_rate(rows[i], def)) {
             deadlines[i] = gd_step_deadline(def, claimed_at);
             admitted[admitted_count] = Int64GetDatum(rows[i].id);
@@ -339,11 +344,12 @@ GD_SQL_FUNCTION(gd_claim_steps)
     if (lease_plan == nullptr) {
         Oid types[5] = {INT8ARRAYOID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZARRAYOID};
         lease_plan = gd_prepare_kept("UPDATE gd._instances i"
-                                     "   SET status = 'executing', lease_owner = $2,"
+                                     "   SET status = gd._status_after('claim', 'executing'), lease_owner = $2,"
                                      "       lease_token = nextval('gd._lease_tokens'::regclass),"
                                      "       lease_expires_at = least($4 + $3, c.deadline), updated_at = $4, claimed_at = $4"
                                      "  FROM unnest($1, $5) AS c(id, deadline)"
-                                     " WHERE i.id = c.id AND i.id = ANY ($1) RETURNING i.id, i.lease_token",
+                                     " WHERE i.id = c.id AND i.id = ANY ($1) AND i.status = ANY (gd._statuses_before('claim'))"
+                                     " RETURNING i.id, i.lease_token",
                                      5, types);
     }
     Datum args[5] = {gd_array_of(admitted, nullptr, admitted_count, INT8OID), worker, lease,
@@ -396,7 +402,7 @@ GD_SQL_FUNCTION(gd_extend_claim)
                     "                                                   AND s.step = i.step)),"
                     "       updated_at = t.at"
                     "  FROM (SELECT clock_timestamp() AS at) t"
-                    " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
+                    " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = " GD_STATUS(executing)
                     "   AND gd._may_use_instance($1, i.owner, i.fsm)"
                     " RETURNING i.lease_expires_at > t.at",
                     {OIDOID, INT8OID, INT8OID, INTERVALOID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
@@ -420,9 +426,10 @@ GD_SQL_FUNCTION(gd_release_claim)
     SPI_connect();
     if (gd_run_kept_on_arguments(release_plan,
                     "UPDATE gd._instances i"
-                    "   SET status = 'runnable', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,"
+                    "   SET status = gd._status_after('release', 'runnable'), lease_owner = NULL, lease_token = NULL,"
+                    "       lease_expires_at = NULL,"
                     "       updated_at = clock_timestamp()"
-                    " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = 'executing'"
+                    " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = ANY (gd._statuses_before('release'))"
                     "   AND gd._may_use_instance($1, i.owner, i.fsm)"
                     " RETURNING i.queue",
                     {OIDOID, INT8OID, INT8OID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
@@ -503,7 +510,7 @@ int reclaim_expired_leases(int batch)
     Datum args[1] = {Int32GetDatum(batch)};
     if (gd_run_kept(expired_plan,
                     "SELECT " CLAIMED_COLUMNS "  FROM gd._instances i"
-                    " WHERE i.status = 'executing' AND i.lease_expires_at < now()"
+                    " WHERE i.status = " GD_STATUS(executing) " AND i.lease_expires_at < now()"
                     " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
                     {INT4OID}, args, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up expired leases failed");
@@ -540,9 +547,9 @@ TimestampTz gd_expire_leases(int batch)
      * not waited for here: they are either completed or found next round. */
     int result = gd_run_kept(next_plan,
                              "SELECT least((SELECT min(i.lease_expires_at) FROM gd._instances i"
-                             "               WHERE i.status = 'executing' AND i.lease_expires_at >= now()),"
+                             "               WHERE i.status = " GD_STATUS(executing) " AND i.lease_expires_at >= now()),"
                              "             (SELECT min(i.eligible_at) FROM gd._instances i"
-                             "               WHERE i.status = 'runnable' AND i.external AND i.lease_owner IS NULL"
+                             "               WHERE i.status = " GD_STATUS(runnable) " AND i.external AND i.lease_owner IS NULL"
                              "                 AND i.eligible_at > i.updated_at AND i.eligible_at > now()))",
                              {}, nullptr, false, 1); /* a new snapshot: leases claimed since the round began */
     if (result != SPI_OK_SELECT || SPI_processed != 1)

@@ -28,7 +28,13 @@
  * holds is running again (it was picked before the count): its note is
  * counted later, and each further crash leaves a note of its own.
  */
-#include "executor.hpp"
+#include "crashed_steps.hpp"
+#include "error_documents.hpp"
+#include "gen_durable.hpp"
+#include "kept_plans.hpp"
+#include "picker.hpp"
+#include "step_definitions.hpp"
+#include "transition.hpp"
 #include "stats.hpp"
 
 extern "C" {
@@ -184,11 +190,11 @@ Counted count_attempt(int64 instance, TimestampTz version, Cause cause, int time
     if (crashed_plan == nullptr) {
         Oid types[2] = {INT8OID, TIMESTAMPTZOID};
         crashed_plan = gd_prepare_kept("SELECT " GD_INSTANCE_COLUMNS ", i.queue FROM gd._instances i"
-                                       " WHERE i.id = $1 AND i.updated_at = $2 AND i.status = 'runnable' AND NOT i.external"
+                                       " WHERE i.id = $1 AND i.updated_at = $2 AND i.status = " GD_STATUS(runnable) " AND NOT i.external"
                                        " FOR UPDATE SKIP LOCKED",
                                        2, types);
         locked_plan = gd_prepare_kept("SELECT FROM gd._instances i"
-                                      " WHERE i.id = $1 AND i.updated_at = $2 AND i.status = 'runnable' AND NOT i.external",
+                                      " WHERE i.id = $1 AND i.updated_at = $2 AND i.status = " GD_STATUS(runnable) " AND NOT i.external",
                                       2, types);
     }
     Datum args[2] = {Int64GetDatum(instance), TimestampTzGetDatum(version)};
@@ -202,11 +208,11 @@ Counted count_attempt(int64 instance, TimestampTz version, Cause cause, int time
     PickedInstance row{};
     gd_read_instance(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, row);
     row.queue = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, GD_INSTANCE_COLUMN_COUNT + 1);
-    const StepDefinition *def = gd_find_step(row.fsm, row.version, row.step);
-    if (def == nullptr)
+    std::optional<StepDefinition> def = gd_find_step(row.fsm, row.version, row.step);
+    if (!def)
         return Counted::moved_on; /* the executors fail it when they pick it */
     Transition t = gd_retry_transition(row, *def, crash_error(cause, row, timeout_ms), -1);
-    gd_apply_transition(row.id, t);
+    gd_apply_transition(row.id, t, StatusWriter::crash);
     ereport(LOG, (errmsg("gen_durable: counted an attempt of instance " INT64_FORMAT ": %s", row.id,
                          cause_message(cause, row, timeout_ms))));
     return Counted::attempt;

@@ -5,7 +5,9 @@
  * entry; the invalidation reaches every backend at commit and empties its
  * cache.
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
+#include "kept_plans.hpp"
+#include "step_definitions.hpp"
 #include "guard.hpp"
 
 extern "C" {
@@ -98,22 +100,23 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
 
 } // namespace
 
-const StepDefinition *gd_find_step(const char *fsm, int version, const char *step)
+std::optional<StepDefinition> gd_find_step(const char *fsm, int version, const char *step)
 {
     if (!invalidation_callback_registered) {
         CacheRegisterRelcacheCallback(forget_on_change, 0);
         invalidation_callback_registered = true;
     }
-    const StepDefinition *found = gd::cpp_entry([&]() -> const StepDefinition * {
+    std::optional<StepDefinition> found = gd::cpp_entry([&]() -> std::optional<StepDefinition> {
         auto it = cache.find(cache_key(fsm, version, step));
-        return it == cache.end() ? nullptr : &it->second;
+        return it == cache.end() ? std::nullopt : std::optional<StepDefinition>(it->second);
     });
-    if (found != nullptr)
+    if (found)
         return found;
     StepDefinition def{};
     if (!load_step(fsm, version, step, &def))
-        return nullptr;
-    return gd::cpp_entry([&] { return &(cache[cache_key(fsm, version, step)] = def); });
+        return std::nullopt;
+    gd::cpp_entry([&] { cache[cache_key(fsm, version, step)] = def; });
+    return def;
 }
 
 bool gd_version_not_ready(const char *fsm, int version)

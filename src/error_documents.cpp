@@ -5,7 +5,9 @@
  * user's error object of gd_retry or gd_stop (its keys kept, its "message"
  * the message; a value that is not an object under "data").
  */
-#include "executor.hpp"
+#include "error_documents.hpp"
+#include "gen_durable.hpp"
+#include "picker.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"

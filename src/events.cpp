@@ -15,7 +15,11 @@
  * messages whose mac checks and whose xid is the transaction it arrived in
  * (docs/reference.md, the event stream).
  */
-#include "executor.hpp"
+#include "events.hpp"
+#include "gen_durable.hpp"
+#include "instance_status.hpp"
+#include "kept_plans.hpp"
+#include "transition.hpp"
 #include "guard.hpp"
 #include "pg_compat.hpp"
 #include "stats.hpp"
@@ -118,11 +122,11 @@ void gd_emit_event(const InstanceEvent &e)
 
 void gd_emit_transition_event(int64 id, const Transition &t)
 {
-    const char *kind = gd_step_kind(t.event);
-    gd_emit_event(InstanceEvent{id, t.fsm, t.version, t.ran_step,
-                                gd_status_name(t.claimed ? Status::executing : Status::runnable),
-                                gd_status_name(t.status), t.step, kind != nullptr ? kind : gd_status_name(t.status),
-                                t.attempt});
+    const char *kind = gd_step_kind(t.ran.event);
+    gd_emit_event(InstanceEvent{id, t.ran.fsm, t.ran.version, t.ran.step,
+                                gd_status_name(t.ran.claimed ? Status::executing : Status::runnable),
+                                gd_status_name(t.to.status), t.to.step, kind != nullptr ? kind : gd_status_name(t.to.status),
+                                t.to.attempt});
 }
 
 InstanceEvent gd_event_before(int64 id, const char *kind)

@@ -7,7 +7,10 @@
  * other's commit (and row locks) back.  An idle executor starts again at
  * batch_size.
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
+#include "picker.hpp"
+#include "rounds.hpp"
+#include "step_runner.hpp"
 
 extern "C" {
 #include "utils/timestamp.h"

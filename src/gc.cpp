@@ -8,7 +8,9 @@
  * starts from the front, for rows that committed late with an older
  * finished_at.
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
+#include "kept_plans.hpp"
+#include "rounds.hpp"
 
 namespace {
 

@@ -160,6 +160,12 @@ void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id);
 /* At commit of the current transaction, wake executors of this queue: a row
  * at `key` (nullptr: somewhere) became runnable. */
 void gd_wake_queue_at_commit(const char *queue, const PickKey *key = nullptr);
+/* What a statement that made rows runnable returns (RETURNING), for gd_wake_queue_of_returned. */
+#define GD_WOKEN_COLUMNS "i.queue, i.priority, i.eligible_at, i.id"
+/* At commit, wake the queue of the r-th row SPI returned (GD_WOKEN_COLUMNS), at that row's key. */
+void gd_wake_queue_of_returned(uint64 r);
+/* At commit, NOTIFY gd_work, '<queue>' for external workers: once per transaction and queue (notify.cpp). */
+void gd_notify_external_at_commit(const char *queue);
 /* At commit, wake every executor of this database (e.g. CREATE EXTENSION). */
 void gd_wake_database_at_commit();
 /* At commit, wake backends blocked in gd_await on this instance. */
@@ -176,11 +182,6 @@ void gd_wake_claimers(const char *queue);
 void gd_wake_claimers_at_commit();
 /* The session ran LISTEN, UNLISTEN or DISCARD (notify.cpp: NOTIFY gd_work only while someone listens). */
 void gd_note_listening(const Node *statement);
-
-/* ---- outcomes (outcomes.cpp) -------------------------------------------- */
-
-/* Signal names of a wait: a one-dimensional, non-empty array of non-empty names. */
-bool gd_signal_names_ok(ArrayType *names);
 
 /* ---- the API's door (door.cpp) ------------------------------------------ */
 

@@ -47,7 +47,12 @@ private:
     ErrorData *edata_;
 };
 
-/* Run f, which calls PostgreSQL and may ERROR, from C++ code that owns RAII objects. */
+/*
+ * Run f, which calls PostgreSQL and may ERROR, from C++ code that owns RAII
+ * objects.  A C++ exception f throws is caught inside the PG_TRY and thrown
+ * again after PG_END_TRY, so it never leaves the PG_TRY frame with
+ * PG_exception_stack still pointing into it.
+ */
 template <class F>
 auto pg_call(F &&f) -> decltype(f())
 {
@@ -55,9 +60,14 @@ auto pg_call(F &&f) -> decltype(f())
     if constexpr (std::is_void_v<Result>) {
         MemoryContext caller_context = CurrentMemoryContext;
         ErrorData *volatile edata = nullptr; /* set after the longjmp */
+        std::exception_ptr thrown;          /* set only where no longjmp follows */
         PG_TRY();
         {
-            f();
+            try {
+                f();
+            } catch (...) {
+                thrown = std::current_exception();
+            }
         }
         PG_CATCH();
         {
@@ -68,6 +78,8 @@ auto pg_call(F &&f) -> decltype(f())
         PG_END_TRY();
         if (edata)
             throw PgError(edata);
+        if (thrown)
+            std::rethrow_exception(thrown);
     } else {
         static_assert(std::is_trivially_copyable_v<Result>, "pg_call returns plain data only");
         Result result{};

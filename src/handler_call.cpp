@@ -34,10 +34,14 @@
  * the step (id, fsm, version, step, attempt, correlation key, what ended its
  * wait, queue).
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
+#include "handler_call.hpp"
+#include "picker.hpp"
+#include "step_definitions.hpp"
 #include "pg_compat.hpp"
 
 extern "C" {
+#include "utils/jsonb.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"

@@ -24,9 +24,11 @@
  * pg_catalog, pg_temp: the engine runs as a superuser, so no name in its
  * statements may resolve to an object a user made.
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
+#include "kept_plans.hpp"
 
 extern "C" {
+#include "utils/lsyscache.h"
 #include "utils/guc.h"
 }
 
@@ -89,4 +91,15 @@ int gd_execute_kept(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_o
     int result = SPI_execute_plan(plan, args, nulls, read_only, count);
     AtEOXact_GUC(true, nest_level);
     return result;
+}
+
+Datum gd_array_of(Datum *values, bool *nulls, int count, Oid type)
+{
+    int16 length;
+    bool by_value;
+    char align;
+    get_typlenbyvalalign(type, &length, &by_value, &align);
+    int dims[1] = {count};
+    int lower_bounds[1] = {1};
+    return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lower_bounds, type, length, by_value, align));
 }

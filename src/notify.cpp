@@ -25,10 +25,11 @@
  * lowered the claim frontiers to the rows announced: a claim woken before
  * that would pick from the old marks, miss the rows and sleep again.
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
 #include "guard.hpp"
 
 extern "C" {
+#include "executor/spi.h"
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "commands/async.h"

@@ -13,7 +13,10 @@
  * is shorter).  Both use the one pick index: a second index on eligibility
  * lured the planner into sorting the whole backlog for every pick.
  */
-#include "executor.hpp"
+#include "instance_status.hpp"
+#include "gen_durable.hpp"
+#include "kept_plans.hpp"
+#include "picker.hpp"
 #include "frontier.hpp"
 
 extern "C" {
@@ -62,8 +65,8 @@ namespace {
 
 /* The rows the pick index holds (in-database steps), and the claim index
  * (external steps), of queue $1: each predicate as its index spells it. */
-#define PICKABLE "i.queue = $1 AND i.status = 'runnable' AND NOT i.external AND NOT i.gated"
-#define CLAIMABLE "i.queue = $1 AND i.status = 'runnable' AND i.external AND NOT i.gated"
+#define PICKABLE "i.queue = $1 AND i.status = " GD_STATUS(runnable) " AND NOT i.external AND NOT i.gated"
+#define CLAIMABLE "i.queue = $1 AND i.status = " GD_STATUS(runnable) " AND i.external AND NOT i.gated"
 
 /* The first row of each priority in the index, ascending, one index descent
  * each (a loose index scan): the queue's frontier, found from the front. */

@@ -6,7 +6,12 @@
  * will be there, and reports a rate limit that was dropped under waiting
  * instances, once per worker and name, rather than stalling them silently.
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
+#include "kept_plans.hpp"
+#include "picker.hpp"
+#include "rate_limits.hpp"
+#include "step_definitions.hpp"
+#include "transition.hpp"
 #include "labelled_stats.hpp"
 
 extern "C" {

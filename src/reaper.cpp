@@ -9,7 +9,11 @@
  * gd_drain does the same for a tenant's instances, by its session's clock.
  * The instances' transitions are written by transition.cpp.
  */
-#include "executor.hpp"
+#include "instance_status.hpp"
+#include "gen_durable.hpp"
+#include "kept_plans.hpp"
+#include "resume.hpp"
+#include "rounds.hpp"
 #include "guard.hpp"
 #include "stats.hpp"
 
@@ -101,7 +105,7 @@ int expire_waits(const DueScope *scope)
         Datum args[1] = {Int32GetDatum(WAITS_PER_ROUND)};
         result = gd_run_kept(expired_plan,
                              "SELECT i.id FROM gd._instances i"
-                             " WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= clock_timestamp()"
+                             " WHERE i.status = " GD_STATUS(awaiting_signal) " AND i.wait_deadline <= clock_timestamp()"
                              " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
                              {INT4OID}, args, false, 0);
     } else {
@@ -109,7 +113,7 @@ int expire_waits(const DueScope *scope)
                          CStringGetTextDatum(scope->queue), ObjectIdGetDatum(scope->member)};
         result = gd_run_kept(scope_plan,
                              "SELECT i.id FROM gd._instances i"
-                             " WHERE i.status = 'awaiting_signal' AND i.wait_deadline <= $2 AND i.queue = $3"
+                             " WHERE i.status = " GD_STATUS(awaiting_signal) " AND i.wait_deadline <= $2 AND i.queue = $3"
                              "   AND pg_catalog.pg_has_role($4, i.owner, 'MEMBER')"
                              " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
                              {INT4OID, TIMESTAMPTZOID, TEXTOID, OIDOID}, args, false, 0);
@@ -139,7 +143,7 @@ TimestampTz next_deadline()
 {
     static SPIPlanPtr deadline_plan = nullptr;
     run_duty(deadline_plan, "SELECT least((SELECT min(i.wait_deadline) FROM gd._instances i"
-                            "               WHERE i.status = 'awaiting_signal' AND i.wait_deadline IS NOT NULL),"
+                            "               WHERE i.status = " GD_STATUS(awaiting_signal) " AND i.wait_deadline IS NOT NULL),"
                             "             gd._next_tick_due())");
     bool isnull;
     Datum deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

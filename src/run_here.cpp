@@ -3,10 +3,14 @@
  * exactly as an executor runs them: gd._execute (tests, manual stepping) and
  * the rounds of gd_drain (a tenant's own test suite).
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
+#include "handler_call.hpp"
+#include "picker.hpp"
+#include "step_runner.hpp"
 #include "guard.hpp"
 
 extern "C" {
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 }

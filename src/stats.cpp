@@ -68,15 +68,6 @@ void gd_count_step(StatEvent event, int64 duration_us)
     }
 }
 
-StatEvent gd_step_event(const char *kind)
-{
-    for (int i = 0; is_step_event(i); i++)
-        if (strcmp(event_names[i] + strlen("step_"), kind) == 0)
-            return static_cast<StatEvent>(i);
-    elog(ERROR, "gen_durable: unknown step telemetry kind \"%s\"", kind);
-    pg_unreachable();
-}
-
 const char *gd_step_kind(StatEvent event)
 {
     int i = static_cast<int>(event);

@@ -33,7 +33,5 @@ void gd_stats_init(GdStats *stats);
 void gd_count(StatEvent event, uint64 amount = 1);
 /* A step ended with this event after duration_us in the step. */
 void gd_count_step(StatEvent event, int64 duration_us);
-/* The step event of a transition's telemetry kind (next, retry, await, ...). */
-StatEvent gd_step_event(const char *telemetry_kind);
 /* The telemetry kind of a step event ("next", "retry", ...); nullptr for any other. */
 const char *gd_step_kind(StatEvent event);

@@ -8,7 +8,10 @@
  * written together (transition.cpp) are inserted together, in one
  * statement.
  */
-#include "executor.hpp"
+#include "gen_durable.hpp"
+#include "kept_plans.hpp"
+#include "step_records.hpp"
+#include "transition.hpp"
 #include "labelled_stats.hpp"
 
 extern "C" {
@@ -55,17 +58,17 @@ void add_row(HistoryBatch &batch, int64 id, const Transition &t)
             *column = datum_array(batch.capacity);
         batch.error_nulls = static_cast<bool *>(palloc(sizeof(bool) * batch.capacity));
     }
-    TimestampTz ended = t.started_at != 0 ? t.started_at + t.duration_us : GetCurrentTimestamp();
+    TimestampTz ended = t.ran.started_at != 0 ? t.ran.started_at + t.ran.duration_us : GetCurrentTimestamp();
     int i = batch.count++;
     batch.ids[i] = Int64GetDatum(id);
-    batch.attempts[i] = Int32GetDatum(t.ran_attempt);
-    batch.steps[i] = CStringGetTextDatum(t.ran_step);
-    batch.kinds[i] = CStringGetTextDatum(gd_step_kind(t.event));
-    batch.started[i] = TimestampTzGetDatum(t.started_at != 0 ? t.started_at : ended - t.duration_us);
+    batch.attempts[i] = Int32GetDatum(t.ran.attempt);
+    batch.steps[i] = CStringGetTextDatum(t.ran.step);
+    batch.kinds[i] = CStringGetTextDatum(gd_step_kind(t.ran.event));
+    batch.started[i] = TimestampTzGetDatum(t.ran.started_at != 0 ? t.ran.started_at : ended - t.ran.duration_us);
     batch.ended[i] = TimestampTzGetDatum(ended);
-    batch.errors[i] = t.error;
-    batch.error_nulls[i] = t.error == 0;
-    batch.workers[i] = CStringGetTextDatum(t.worker != nullptr ? t.worker : this_runner());
+    batch.errors[i] = t.to.error;
+    batch.error_nulls[i] = t.to.error == 0;
+    batch.workers[i] = CStringGetTextDatum(t.ran.worker != nullptr ? t.ran.worker : this_runner());
 }
 
 } // namespace
@@ -103,9 +106,9 @@ void gd_write_history(HistoryBatch *batch)
 
 void gd_record_finished_step(int64 id, const Transition &t, HistoryBatch *batch)
 {
-    gd_count_step(t.event, t.duration_us);
-    gd_count_labelled_step(t.fsm, t.ran_step, t.event, t.duration_us);
-    if (!t.history)
+    gd_count_step(t.ran.event, t.ran.duration_us);
+    gd_count_labelled_step(t.ran.fsm, t.ran.step, t.ran.event, t.ran.duration_us);
+    if (!t.ran.history)
         return;
     if (batch != nullptr && batch->count < batch->capacity) {
         add_row(*batch, id, t);

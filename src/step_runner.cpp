@@ -12,11 +12,23 @@
  * new state commit together.  gd_cancel stops a step running here through
  * gd._interrupt_step.
  */
-#include "executor.hpp"
+#include "concurrency_keys.hpp"
+#include "crashed_steps.hpp"
+#include "error_documents.hpp"
+#include "gen_durable.hpp"
+#include "handler_call.hpp"
+#include "instance_status.hpp"
+#include "outcomes.hpp"
+#include "picker.hpp"
+#include "rate_limits.hpp"
+#include "step_definitions.hpp"
+#include "step_runner.hpp"
+#include "transition.hpp"
 #include "guard.hpp"
 #include "labelled_stats.hpp"
 
 extern "C" {
+#include "utils/resowner.h"
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
@@ -78,20 +90,20 @@ enum class Disposition { handled, throttled, to_run };
  */
 Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
 {
-    const StepDefinition *found = gd_find_step(row.fsm, row.version, row.step);
-    if (found == nullptr && gd_version_not_ready(row.fsm, row.version)) {
+    std::optional<StepDefinition> found = gd_find_step(row.fsm, row.version, row.step);
+    if (!found && gd_version_not_ready(row.fsm, row.version)) {
         gd_postpone(row.id, GetCurrentTimestamp() + USECS_PER_SEC); /* a restore: look again in a second */
         return Disposition::throttled;
     }
-    if (found == nullptr) {
+    if (!found) {
         /* The definition was dropped under a live instance: fail it rather than spin. */
-        gd_apply_transition(row.id, gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined"));
+        gd_apply_transition(row.id, gd_failed_at_once(row, ERRCODE_UNDEFINED_OBJECT, "gen_durable: step is no longer defined"), StatusWriter::step);
         return Disposition::handled;
     }
     def = *found;
     HandlerGone gone;
     if (!def.external && gd_handler_gone(row, def, &gone)) {
-        gd_apply_transition(row.id, gd_failed_at_once(row, gone.sqlerrcode, gone.message));
+        gd_apply_transition(row.id, gd_failed_at_once(row, gone.sqlerrcode, gone.message), StatusWriter::step);
         return Disposition::handled;
     }
     if ((row.rate_limit != nullptr || def.rate_limit[0] != '\0') && !gd_admit_rate(row, def))
@@ -99,8 +111,8 @@ Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
     if (def.external) {
         /* Now an external step (redefined): hand it to external workers. */
         Transition t = gd_final_transition(row, Status::runnable, 0, 0);
-        t.external = true;
-        gd_apply_transition(row.id, t);
+        t.to.external = true;
+        gd_apply_transition(row.id, t, StatusWriter::step);
         return Disposition::handled;
     }
     return Disposition::to_run;
@@ -112,14 +124,14 @@ Transition run_handler(const PickedInstance &row, const StepDefinition &def, con
     TimestampTz started = GetCurrentTimestamp();
     HeapTupleHeader outcome = gd_call_handler(row, def, queue);
     Transition t = gd_outcome_transition(row, def, outcome, def.owner);
-    if (t.status == Status::awaiting_children) {
+    if (t.to.status == Status::awaiting_children) {
         /* A child's correlation key an open transaction is inserting fails the attempt, not the round, after a while. */
         int nest_level = gd_bound_lock_waits(GD_TENANT_LOCK_WAIT_MS);
         gd_prepare_transition(row.id, t);
         AtEOXact_GUC(true, nest_level);
     }
-    t.started_at = started;
-    t.duration_us = GetCurrentTimestamp() - started;
+    t.ran.started_at = started;
+    t.ran.duration_us = GetCurrentTimestamp() - started;
     return t;
 }
 
@@ -196,8 +208,8 @@ void write_failed_attempt(Round &round, int i, ErrorData *edata, TimestampTz sta
         return;
     }
     Transition t = gd_retry_transition(row, round.definitions[i], gd_error_json(edata, row), -1);
-    t.started_at = started;
-    t.duration_us = GetCurrentTimestamp() - started;
+    t.ran.started_at = started;
+    t.ran.duration_us = GetCurrentTimestamp() - started;
     gd_write_transition_batched(round.written, row.id, t);
     FreeErrorData(edata);
 }
@@ -257,7 +269,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     round.queue = queue;
     round.slot = slot;
     round.rows = round_array<PickedInstance>(demand);
-    gd_begin_transitions(round.written, Status::runnable, demand);
+    gd_begin_transitions(round.written, StatusWriter::step, demand);
     round.count = drain != nullptr ? gd_pick_to_drain(queue, demand, round.rows, batch_context, *drain)
                                    : gd_pick(queue, demand, round.rows, batch_context);
     gd_count(StatEvent::pick);

@@ -12,6 +12,10 @@
 #include "guard.hpp"
 
 extern "C" {
+#include "executor/spi.h"
+}
+
+extern "C" {
 #include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -196,4 +200,15 @@ GD_SQL_FUNCTION(gd_wake_reaper_on_commit)
 {
     gd_wake_reaper_at_commit();
     PG_RETURN_VOID();
+}
+
+void gd_wake_queue_of_returned(uint64 r)
+{
+    HeapTuple row = SPI_tuptable->vals[r];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool isnull;
+    PickKey key{DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull)),
+                DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull)),
+                DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull))};
+    gd_wake_queue_at_commit(SPI_getvalue(row, desc, 1), &key);
 }

@@ -17,12 +17,15 @@
  * updated), is logged once and re-checked every few seconds, or at once when
  * CREATE or ALTER EXTENSION commits.
  */
-#include "executor.hpp"
+#include "crashed_steps.hpp"
+#include "gen_durable.hpp"
+#include "rounds.hpp"
 #include "guard.hpp"
 #include "pg_compat.hpp"
 #include "labelled_stats.hpp"
 
 extern "C" {
+#include "executor/spi.h"
 #include "access/xact.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"

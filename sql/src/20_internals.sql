@@ -150,13 +150,24 @@ END $$;
 -- Shared helpers of the SQL API
 -- ---------------------------------------------------------------------------
 
--- The statuses, as the engine's C++ knows them (src/executor.hpp: Status).
--- The gd.status domain, the partial indexes on live rows and the queries
--- that must match their predicates spell them out.
+-- The statuses and the table of their changes, as the engine's C++ knows
+-- them (src/instance_status.cpp).  The gd.status domain, the partial indexes
+-- on live rows and the queries that must match their predicates spell the
+-- names out (test/t/060_instance_states.pl checks them against the table).
+-- Every statement that writes a status names it with gd._status_after
+-- (writer, status), which raises unless the table lets the writer write it,
+-- and writes only over gd._statuses_before(writer); both fold to constants
+-- when the statement is planned.
 CREATE OR REPLACE FUNCTION gd._live_statuses() RETURNS text[] LANGUAGE c IMMUTABLE
     AS 'MODULE_PATHNAME', 'gd_live_statuses';
 CREATE OR REPLACE FUNCTION gd._terminal_statuses() RETURNS text[] LANGUAGE c IMMUTABLE
     AS 'MODULE_PATHNAME', 'gd_terminal_statuses';
+CREATE OR REPLACE FUNCTION gd.read_status_changes(OUT writer text, OUT from_status text, OUT to_status text, OUT by text)
+    RETURNS SETOF record LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'gd_status_changes';
+CREATE OR REPLACE FUNCTION gd._statuses_before(writer text) RETURNS text[] LANGUAGE c IMMUTABLE STRICT
+    AS 'MODULE_PATHNAME', 'gd_statuses_before_sql';
+CREATE OR REPLACE FUNCTION gd._status_after(writer text, status text) RETURNS text LANGUAGE c IMMUTABLE STRICT
+    AS 'MODULE_PATHNAME', 'gd_status_after';
 
 CREATE OR REPLACE FUNCTION gd._bad_argument(message text, detail text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$

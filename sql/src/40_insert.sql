@@ -92,10 +92,11 @@ BEGIN
     END IF;
 
     LOOP
-        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, home_queue, external, priority,
+        INSERT INTO gd._instances AS i (status, fsm, version, owner, step, state, queue, home_queue, external, priority,
                                         concurrency_key, gated, correlation_key, correlation_scope, rate_limit,
                                         weight, eligible_at, parent_id, trace_context)
-        VALUES (fsm_row.name, fsm_row.version, fsm_row.owner, first_step, fsm_row.state_defaults || state,
+        VALUES (gd._status_after('insert', 'runnable'), fsm_row.name, fsm_row.version, fsm_row.owner, first_step,
+                fsm_row.state_defaults || state,
                 route.queue, route.home_queue, first.handler IS NULL, priority, concurrency_key, must_wait,
                 correlation_key, correlation_scope, rate_limit, weight, run_at, parent_id, trace_context)
         ON CONFLICT (correlation_key, owner) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope)
@@ -212,9 +213,9 @@ BEGIN
     first := gd._step(fsm_row.name, fsm_row.version, fsm_row.initial_step);
     route := gd._route(first.queue, fsm_row.queue);
     WITH added AS (
-        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, home_queue, external,
+        INSERT INTO gd._instances AS i (status, fsm, version, owner, step, state, queue, home_queue, external,
                                         correlation_scope, eligible_at, parent_id, trace_context)
-        SELECT fsm_row.name, fsm_row.version, fsm_row.owner, fsm_row.initial_step,
+        SELECT gd._status_after('insert', 'runnable'), fsm_row.name, fsm_row.version, fsm_row.owner, fsm_row.initial_step,
                fsm_row.state_defaults || coalesce(x.e->'state', '{}'),
                route.queue, route.home_queue, first.handler IS NULL, gd._live_statuses(), now(),
                _insert_plain.parent_id, inherited_trace

@@ -281,9 +281,9 @@ BEGIN
            AND (d.queue IS NULL OR d.queue = f.queue OR EXISTS (SELECT FROM gd._queues q WHERE q.name = d.queue))
          ORDER BY d.name, f.version DESC),
     started AS (
-        INSERT INTO gd._instances AS i (fsm, version, owner, step, state, queue, home_queue, external, priority,
-                                        correlation_key, correlation_scope, eligible_at)
-        SELECT r.fsm, r.version, r.owner, r.initial_step,
+        INSERT INTO gd._instances AS i (status, fsm, version, owner, step, state, queue, home_queue, external,
+                                        priority, correlation_key, correlation_scope, eligible_at)
+        SELECT gd._status_after('insert', 'runnable'), r.fsm, r.version, r.owner, r.initial_step,
                r.state_defaults || r.state || jsonb_build_object('scheduled_at', gd._tick_text(r.tick)),
                r.queue, r.home_queue, r.external, r.priority,
                format('schedule:%s:%s', r.name, gd._tick_text(r.tick)), every_status, now()

@@ -24,6 +24,9 @@ SELECT h.instance_id, h.attempt, h.step, h.kind, h.started_at, h.ended_at, h.end
        h.error, h.worker
   FROM gd._step_history h WHERE EXISTS (SELECT FROM gd.instances i WHERE i.id = h.instance_id);
 
+-- The changes the engine makes to an instance's status, by whom (src/instance_status.cpp).
+CREATE OR REPLACE VIEW gd.status_changes AS SELECT * FROM gd.read_status_changes();
+
 -- Definitions of the FSMs the reader may use.
 CREATE OR REPLACE VIEW gd.fsms WITH (security_barrier) AS
 SELECT f.* FROM gd._fsms f

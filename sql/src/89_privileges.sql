@@ -12,8 +12,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA gd FROM PUBLIC;
 GRANT USAGE ON SCHEMA gd TO PUBLIC;
 GRANT SELECT ON gd.instances, gd.signals, gd.fsms, gd.steps, gd.grants, gd.queues, gd.rate_limits,
                 gd.concurrency_limits, gd.schedules, gd.step_history, gd.workers, gd.stats, gd.queue_stats,
-                gd.step_stats, gd.limit_stats TO PUBLIC;
-GRANT EXECUTE ON FUNCTION gd.read_workers(), gd.read_stats(), gd.configured_queues(), gd.read_step_stats(),
+                gd.step_stats, gd.limit_stats, gd.status_changes TO PUBLIC;
+GRANT EXECUTE ON FUNCTION gd.read_workers(), gd.read_stats(), gd.read_status_changes(), gd.configured_queues(), gd.read_step_stats(),
                           gd.read_limit_stats(), gd.read_queue_counters(),
                           gd.read_instances(text, text, text, text, text, timestamptz, timestamptz, text, bigint, int,
                                             int, bigint) TO PUBLIC;

@@ -1,6 +1,6 @@
 \echo Use "CREATE EXTENSION gd_guard_test" to load this file. \quit
 
--- kind: 'runtime', 'bad_alloc', 'pg_error', 'through_pg_try' or 'none'.
+-- kind: 'runtime', 'bad_alloc', 'pg_error', 'throw_in_pg_call', 'through_pg_try' or 'none'.
 CREATE FUNCTION gd_guard_test_throw(kind text) RETURNS void
     AS 'MODULE_PATHNAME' LANGUAGE C STRICT;
 

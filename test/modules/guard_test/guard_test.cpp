@@ -8,6 +8,11 @@
  *   'pg_error'        an ERROR (22012) raised through gd::pg_call while a
  *                     Sentinel is alive: it unwinds as a PgError, the
  *                     Sentinel's destructor runs, the ERROR is re-thrown as is
+ *   'throw_in_pg_call' a std::runtime_error thrown inside gd::pg_call's
+ *                     PG_TRY while a Sentinel is alive: it leaves the PG_TRY
+ *                     frame only after PG_END_TRY (the next ERROR of the
+ *                     session still finds a live jump buffer), the Sentinel's
+ *                     destructor runs, XX000
  *   'through_pg_try'  inside PG_TRY, gd::cpp_entry turns a C++ throw into an
  *                     ERROR before it can leave the PG_TRY frame (and its jump
  *                     buffer, PG_exception_stack, dangling); the PG_CATCH
@@ -50,6 +55,13 @@ void pg_error_through_cpp()
     elog(ERROR, "gen_durable test: pg_call returned after an ERROR");
 }
 
+void throw_in_pg_call()
+{
+    Sentinel alive;
+    gd::pg_call([] { throw std::runtime_error("thrown inside pg_call"); });
+    elog(ERROR, "gen_durable test: pg_call returned after a throw");
+}
+
 void throw_inside_pg_try()
 {
     PG_TRY();
@@ -76,6 +88,8 @@ GD_SQL_FUNCTION(gd_guard_test_throw)
         throw std::bad_alloc();
     if (strcmp(kind, "pg_error") == 0)
         pg_error_through_cpp();
+    else if (strcmp(kind, "throw_in_pg_call") == 0)
+        throw_in_pg_call();
     else if (strcmp(kind, "through_pg_try") == 0)
         throw_inside_pg_try();
     else if (strcmp(kind, "none") != 0)

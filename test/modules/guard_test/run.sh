@@ -13,14 +13,15 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/bootstrap.sh"
 MOD=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 WORK=$(mktemp -d /tmp/gd_guard_test.XXXXXX)
 chmod 755 "$WORK"
-gd_build_install_module "$MOD" "$WORK/build.log"
+gd_mirror_sources
+gd_build_install_module "$(basename "$MOD")" "$WORK/build.log"
 # The checkout may live in a root-only directory: copy what postgres needs.
 cp -r "$MOD/sql" "$MOD/expected" "$WORK/"
 [[ $EUID -ne 0 ]] || chown -R postgres: "$WORK"
 export GD_PG_HOME=$WORK
 cd "$WORK"
 port=$(gd_free_port 5770)
-mapfile -t names < <(gd_module_regress "$MOD")
+mapfile -t names < <(gd_module_regress "$(basename "$MOD")")
 set +e
 gd_as_pg "$GD_PGXS_DIR/src/test/regress/pg_regress" --temp-instance="$WORK/tmp" \
     --inputdir="$WORK" --outputdir="$WORK/out" --bindir="$GD_PG_BINDIR" --port="$port" \

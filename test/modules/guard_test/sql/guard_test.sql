@@ -19,6 +19,10 @@ SELECT gd_guard_test_throw('pg_error');
 \echo :LAST_ERROR_SQLSTATE
 -- the Sentinel alive in the C++ frame was destroyed: the ERROR unwound it
 SELECT gd_guard_test_destructors() AS destructors_after;
+SELECT gd_guard_test_throw('throw_in_pg_call');
+\echo :LAST_ERROR_SQLSTATE
+-- its Sentinel was destroyed too
+SELECT gd_guard_test_destructors() AS destructors_after_throw;
 SELECT gd_guard_test_throw('through_pg_try');
 \echo :LAST_ERROR_SQLSTATE
 -- the ERROR was caught by the PG_CATCH around the throw, then re-thrown
@@ -38,14 +42,14 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 SELECT kind, guard_outcome(kind) AS outcome
-FROM unnest(ARRAY['runtime', 'bad_alloc', 'pg_error', 'through_pg_try', 'none']) AS kind;
+FROM unnest(ARRAY['runtime', 'bad_alloc', 'pg_error', 'throw_in_pg_call', 'through_pg_try', 'none']) AS kind;
 SELECT gd_guard_test_destructors() AS destructors, gd_guard_test_caught() AS caught;
 
 -- Many times over in one statement: always the same outcome, nothing left
 -- behind by one error to trouble the next.
 SELECT kind, outcome, count(*) AS calls
 FROM (SELECT kind, guard_outcome(kind) AS outcome
-      FROM unnest(ARRAY['runtime', 'bad_alloc', 'pg_error', 'through_pg_try', 'none']) AS kind,
+      FROM unnest(ARRAY['runtime', 'bad_alloc', 'pg_error', 'throw_in_pg_call', 'through_pg_try', 'none']) AS kind,
            generate_series(1, 200)) AS calls
 GROUP BY kind, outcome ORDER BY kind;
 SELECT gd_guard_test_destructors() AS destructors, gd_guard_test_caught() AS caught;
