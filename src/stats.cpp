@@ -7,7 +7,6 @@
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
-#include "labelled_stats.hpp"
 
 extern "C" {
 #include "fmgr.h"
@@ -93,15 +92,6 @@ GD_SQL_FUNCTION(gd_stats)
         bool nulls[5] = {false, false, !step, !step, false};
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
-    PG_RETURN_VOID();
-}
-
-/* gd_stats_reset(): zero every counter, and empty the labelled tables. */
-GD_SQL_FUNCTION(gd_stats_reset)
-{
-    if (GdStats *s = stats())
-        gd_stats_init(s);
-    gd_labelled_stats_reset();
     PG_RETURN_VOID();
 }
 

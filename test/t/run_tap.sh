@@ -23,7 +23,7 @@ done
 ((${#names[@]})) || { echo "usage: $0 NAME..." >&2; exit 2; }
 cp "$ROOT"/test/t/*.pm "$WORK/t/"   # shared helpers (GdTest.pm), on PERL5LIB
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
-cp -r "$ROOT/examples" "$ROOT/clients" "$ROOT/web" "$ROOT/sharding" "$WORK/"
+cp -r "$ROOT/examples" "$ROOT/clients" "$ROOT/web" "$ROOT/sharding" "$ROOT/src" "$ROOT/sql" "$ROOT/docs" "$WORK/"
 cp "$ROOT/README.md" "$WORK/README.md"
 previous= pg15=
 if [[ " ${names[*]} " == *" t/046_update.pl "* && -z $(gd_previous_release_unavailable) ]]; then
