@@ -14,7 +14,10 @@ extern "C" {
 #include "storage/spin.h"
 }
 
+#include <boost/container/static_vector.hpp>
+
 #include <cmath>
+#include <new>
 
 namespace gd {
 
@@ -80,12 +83,17 @@ struct LimitKey {
 /* The partitions throttled most, by the space-saving count (an estimate from above once it evicts). */
 constexpr int TOP_PARTITIONS = 5;
 
+/* A partition throttled much, and by how much. */
+struct ThrottledPartition {
+    Label partition;
+    uint64 throttled;
+};
+using TopPartitions = boost::container::static_vector<ThrottledPartition, TOP_PARTITIONS>;
+
 struct LimitCounters {
     pg_atomic_uint64 wanted, granted, throttled, contended;
     slock_t top_mutex;
-    int top_count;
-    Label top_partition[TOP_PARTITIONS];
-    uint64 top_throttled[TOP_PARTITIONS];
+    TopPartitions top; /* in place: no allocation, fit for shared memory */
     void init()
     {
         init_atomics(&wanted, 1);
@@ -93,28 +101,34 @@ struct LimitCounters {
         init_atomics(&throttled, 1);
         init_atomics(&contended, 1);
         SpinLockInit(&top_mutex);
-        top_count = 0;
+        new (&top) TopPartitions();
     }
     void note_throttled_partition(const Label &partition, uint64 amount)
     {
         SpinLockAcquire(&top_mutex);
-        int found = -1, smallest = 0;
-        for (int i = 0; i < top_count; i++) {
-            if (memcmp(&top_partition[i], &partition, sizeof(Label)) == 0)
-                found = i;
-            if (top_throttled[i] < top_throttled[smallest])
-                smallest = i;
+        ThrottledPartition *found = nullptr, *smallest = nullptr;
+        for (ThrottledPartition &entry : top) {
+            if (memcmp(&entry.partition, &partition, sizeof(Label)) == 0)
+                found = &entry;
+            if (smallest == nullptr || entry.throttled < smallest->throttled)
+                smallest = &entry;
         }
-        if (found < 0 && top_count < TOP_PARTITIONS) {
-            found = top_count++;
-            top_partition[found] = partition;
-            top_throttled[found] = 0;
-        } else if (found < 0) {
+        if (found == nullptr && top.size() < top.capacity())
+            found = &top.emplace_back(ThrottledPartition{partition, 0});
+        else if (found == nullptr) {
             found = smallest; /* space saving: the newcomer inherits the smallest count */
-            top_partition[found] = partition;
+            found->partition = partition;
         }
-        top_throttled[found] += amount;
+        found->throttled += amount;
         SpinLockRelease(&top_mutex);
+    }
+    /* A copy, taken under the mutex. */
+    TopPartitions top_partitions()
+    {
+        SpinLockAcquire(&top_mutex);
+        TopPartitions copy = top;
+        SpinLockRelease(&top_mutex);
+        return copy;
     }
 };
 

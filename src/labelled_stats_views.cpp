@@ -302,18 +302,9 @@ GD_SQL_FUNCTION(gd_read_limit_stats)
         if (step != nullptr)
             values[5] = label_datum(*step, "");
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-        SpinLockAcquire(&c.top_mutex);
-        int top_count = c.top_count;
-        Label partitions[TOP_PARTITIONS];
-        uint64 throttled[TOP_PARTITIONS];
-        for (int i = 0; i < top_count; i++) {
-            partitions[i] = c.top_partition[i];
-            throttled[i] = c.top_throttled[i];
-        }
-        SpinLockRelease(&c.top_mutex);
-        for (int i = 0; i < top_count; i++) {
-            Datum row[10] = {database, kind, name, label_datum(partitions[i], ""), 0, 0, 0, 0,
-                             Int64GetDatum(static_cast<int64>(throttled[i])), 0};
+        for (const ThrottledPartition &top : c.top_partitions()) {
+            Datum row[10] = {database, kind, name, label_datum(top.partition, ""), 0, 0, 0, 0,
+                             Int64GetDatum(static_cast<int64>(top.throttled)), 0};
             bool row_nulls[10] = {database == 0, false, false, false, true, true, true, true, false, true};
             tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, row_nulls);
         }
