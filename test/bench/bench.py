@@ -13,6 +13,14 @@ benchmark itself could not run).  Knobs (environment):
   BENCH_TIMEOUT          seconds a throughput run may take before it is
                          reported as incomplete          (default 180)
   BENCH_JSON             also write the figures to this file as JSON
+  BENCH_POLICY           gen_durable's W1 and W3 instances under a policy each:
+                         concurrency  concurrency_key 'bench:<n mod BENCH_POLICY_KEYS>'
+                                      (limit 1 per key: the rest wait, admitted as
+                                      holders end)
+                         rate         rate_limit 'bench:<n mod BENCH_POLICY_KEYS>'
+                                      (a limit far above the run's pace: every
+                                      step takes a token, none waits)
+  BENCH_POLICY_KEYS      keys or buckets of BENCH_POLICY   (default 1000)
 
 Throughput is measured with server timestamps: from just before the COMMIT
 that makes the work visible (gen_durable) or from the first worker's start
@@ -36,6 +44,9 @@ HOST, PORT = sys.argv[1], sys.argv[2]
 DSN = dict(host=HOST, port=PORT, dbname="bench", user="postgres", application_name="gd_bench")
 
 N_JOBS = int(os.environ.get("BENCH_JOBS", "50000"))
+POLICY = os.environ.get("BENCH_POLICY", "")
+POLICY_KEYS = int(os.environ.get("BENCH_POLICY_KEYS", "1000"))
+POLICY_OPTION = {"": None, "concurrency": "concurrency_key", "rate": "rate_limit"}[POLICY]
 N_FSM = int(os.environ.get("BENCH_FSM_INSTANCES", "10000"))
 N_LAT = int(os.environ.get("BENCH_LATENCY_SAMPLES", "1000"))
 TIMEOUT = float(os.environ.get("BENCH_TIMEOUT", "180"))
@@ -221,8 +232,13 @@ def gd_throughput(admin, fsm, n, steps_per_instance, ledger, before=None):
     inserter = connect(autocommit=False)
     t = time.monotonic()
     # One call for the lot, as the peers' bulk APIs (pg-boss insert, graphile-worker addJobs).
-    inserter.execute("SELECT count(*) FROM gd_insert_all(%s, (SELECT jsonb_agg(jsonb_build_object("
-                     "'state', jsonb_build_object('n', g))) FROM generate_series(1, %s) g))", (fsm, n))
+    if POLICY_OPTION:
+        inserter.execute("SELECT count(*) FROM gd_insert_all(%s, (SELECT jsonb_agg(jsonb_build_object("
+                         "'state', jsonb_build_object('n', g), %s, 'bench:' || g %% %s)) FROM generate_series(1, %s) g))",
+                         (fsm, POLICY_OPTION, POLICY_KEYS, n))
+    else:
+        inserter.execute("SELECT count(*) FROM gd_insert_all(%s, (SELECT jsonb_agg(jsonb_build_object("
+                         "'state', jsonb_build_object('n', g))) FROM generate_series(1, %s) g))", (fsm, n))
     insert_s = time.monotonic() - t
     lsn0 = wal_lsn(inserter)
     picks0 = executor_picks(admin)
@@ -1197,6 +1213,10 @@ def main():
     admin = connect()
     info = machine_info(admin)
     warm_up(admin)
+    if POLICY == "rate":
+        admin.execute("SELECT gd_set_rate_limit('bench', 100000000, '1 second')")
+    if POLICY:
+        log(f"gen_durable's W1 and W3 instances under {POLICY_OPTION} 'bench:<n mod {POLICY_KEYS}>'")
     for s in ("pgboss", "graphile", "dbos"):
         if s in SYSTEMS:
             node_setup(s)
