@@ -56,7 +56,7 @@ bench_cleanup() {
 
 bench_cluster_init() {
     BENCH_NAME=$1
-    BENCH_BUILT_SUM=$(cat "$GD_ROOT/gen_durable.so" "$GD_ROOT/sql/$(bench_install_script)" | md5sum | cut -c1-32)
+    BENCH_BUILT_SUM=$(cat "$(gd_build_dir)/gen_durable.so" "$(gd_build_dir)/sql/$(bench_install_script)" | md5sum | cut -c1-32)
     DIR=$(mktemp -d "/tmp/gd_$BENCH_NAME.XXXXXX")
     DATA=$DIR/data
     LOG=$DIR/server.log
