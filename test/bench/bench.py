@@ -234,7 +234,7 @@ def gd_throughput(admin, fsm, n, steps_per_instance, ledger, before=None):
     # One call for the lot, as the peers' bulk APIs (pg-boss insert, graphile-worker addJobs).
     if POLICY_OPTION:
         inserter.execute("SELECT count(*) FROM gd_insert_all(%s, (SELECT jsonb_agg(jsonb_build_object("
-                         "'state', jsonb_build_object('n', g), %s, 'bench:' || g %% %s)) FROM generate_series(1, %s) g))",
+                         "'state', jsonb_build_object('n', g), %s::text, 'bench:' || g %% %s)) FROM generate_series(1, %s) g))",
                          (fsm, POLICY_OPTION, POLICY_KEYS, n))
     else:
         inserter.execute("SELECT count(*) FROM gd_insert_all(%s, (SELECT jsonb_agg(jsonb_build_object("
