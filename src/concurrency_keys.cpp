@@ -9,6 +9,7 @@
  * repair).  The key arithmetic is SQL's (sql/src/65_concurrency.sql).
  */
 #include "concurrency_keys.hpp"
+#include "instance_status.hpp"
 #include "gen_durable.hpp"
 #include "guard.hpp"
 #include "kept_plans.hpp"
@@ -69,43 +70,123 @@ int compare_keys(const void *a, const void *b)
     return by_key != 0 ? by_key : (x->owner < y->owner ? -1 : x->owner > y->owner);
 }
 
-/* Let the best waiting instances under the owner's key run, as far as there is room; returns how many. */
-int admit_gated(Oid owner, const char *key)
+/* Let the best waiting instances under a shared key run (every owner's), as far as there is room. */
+int admit_gated_shared(const char *key)
 {
-    static SPIPlanPtr room_plan = nullptr, admit_plan = nullptr;
-    Datum args[3] = {ObjectIdGetDatum(owner), CStringGetTextDatum(key), 0};
-    /* gd._key_room locks the key: admissions and releases under it take turns */
-    if (gd_run_kept(room_plan, "SELECT gd._key_room($1, $2)", {OIDOID, TEXTOID}, args, false, 1) != SPI_OK_SELECT ||
-        SPI_processed != 1)
-        elog(ERROR, "gen_durable: counting the room under concurrency key \"%s\" failed", key);
-    bool isnull;
-    int room = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-    if (room <= 0)
-        return 0;
-    args[2] = Int32GetDatum(room);
+    static SPIPlanPtr admit_plan = nullptr;
+    Datum args[1] = {CStringGetTextDatum(key)};
     if (gd_run_kept(admit_plan,
                     "UPDATE gd._instances i SET gated = false"
-                    " WHERE i.id IN (SELECT gd._gated_best($1, $2, (gd._key_limit($2)).shared, $3))"
-                    " RETURNING " GD_WOKEN_COLUMNS,
-                    {OIDOID, TEXTOID, INT4OID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+                    " WHERE i.id IN (SELECT gd._gated_best(0, $1, true,"
+                    "                                      (gd._key_limit($1)).max - gd._key_running(0, $1, true)))"
+                    " RETURNING i.concurrency_key, " GD_WOKEN_COLUMNS,
+                    {TEXTOID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: admitting instances under concurrency key \"%s\" failed", key);
-    int admitted = static_cast<int>(SPI_processed);
-    for (int i = 0; i < admitted; i++)
-        gd_wake_queue_of_returned(i);
-    gd_count_limit(LimitKind::concurrency, key, LimitCounts{0, static_cast<uint64>(admitted), 0, 0});
-    return admitted;
+    return static_cast<int>(SPI_processed);
 }
 
-/* Make room under each key of `keys` (sorted here: the order every path takes key locks in); how many ran. */
+/*
+ * The same for keys in their owners' key spaces, all at once: for each
+ * (owner, key) pair, its limit less the instances running under it, of the
+ * best waiting ones (an index descent per key).
+ */
+int admit_gated_owned(Datum owners, Datum keys, Datum limits)
+{
+    static SPIPlanPtr admit_plan = nullptr;
+    Datum args[3] = {owners, keys, limits};
+    if (gd_run_kept(admit_plan,
+                    "UPDATE gd._instances i SET gated = false"
+                    " WHERE i.id = ANY (ARRAY("
+                    "       SELECT b.id FROM unnest($1::oid[], $2::text[], $3::int[]) AS k(owner, key, max)"
+                    "       CROSS JOIN LATERAL ("
+                    "           SELECT w.id FROM gd._instances w"
+                    "            WHERE w.concurrency_key = k.key AND w.owner = k.owner AND w.gated"
+                    "              AND w.status = " GD_STATUS(runnable)
+                    "            ORDER BY w.priority, w.eligible_at, w.id"
+                    "            LIMIT greatest(k.max - (SELECT count(*) FROM gd._instances r"
+                    "                                     WHERE r.concurrency_key = k.key AND r.owner = k.owner"
+                    "                                       AND NOT r.gated AND r.status IN (" GD_STATUS(runnable)
+                    ", " GD_STATUS(executing) ")), 0)"
+                    "            FOR UPDATE OF w SKIP LOCKED) b))"
+                    " RETURNING i.concurrency_key, " GD_WOKEN_COLUMNS,
+                    {OIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: admitting instances under concurrency keys failed");
+    return static_cast<int>(SPI_processed);
+}
+
+/* Wake the queues of the rows admitted (RETURNING concurrency_key, GD_WOKEN_COLUMNS), and count them by key. */
+void after_admission(int admitted)
+{
+    for (int r = 0; r < admitted; r++) {
+        gd_wake_queue_of_returned(r, 2);
+        gd_count_limit(LimitKind::concurrency, SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
+                       LimitCounts{0, 1, 0, 0});
+    }
+}
+
+/*
+ * Make room under each key of `keys`: sorted here (the order every path
+ * takes key locks in), each key locked (in C, no statement), then the best
+ * waiting instances under all the locked keys admitted in one statement (a
+ * shared key, rare, in one of its own): two statements for a batch's keys,
+ * however many.  Returns how many may run now.
+ */
 int ungate(OwnedKey *keys, int count)
 {
     if (count == 0)
         return 0;
     qsort(keys, count, sizeof(keys[0]), compare_keys);
-    int admitted = 0;
+    int distinct = 0;
     for (int i = 0; i < count; i++)
-        if (i == 0 || compare_keys(&keys[i], &keys[i - 1]) != 0)
-            admitted += admit_gated(keys[i].owner, keys[i].key);
+        if (distinct == 0 || compare_keys(&keys[i], &keys[distinct - 1]) != 0)
+            keys[distinct++] = keys[i];
+    Datum *names = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
+    for (int i = 0; i < distinct; i++)
+        names[i] = CStringGetTextDatum(keys[i].key);
+    static SPIPlanPtr policy_plan = nullptr;
+    Datum policy_args[1] = {gd_array_of(names, nullptr, distinct, TEXTOID)};
+    if (gd_run_kept(policy_plan,
+                    "SELECT coalesce(l.max, 1), coalesce(l.shared, false)"
+                    "  FROM unnest($1::text[]) WITH ORDINALITY AS k(key, ord)"
+                    "  LEFT JOIN gd._concurrency_limits l ON l.name = split_part(k.key, ':', 1)"
+                    " ORDER BY k.ord",
+                    {TEXTARRAYOID}, policy_args, true, 0) != SPI_OK_SELECT ||
+        SPI_processed != static_cast<uint64>(distinct))
+        elog(ERROR, "gen_durable: reading the limits of %d concurrency keys failed", distinct);
+    SPITupleTable *policies = SPI_tuptable;
+    Datum *owners = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
+    Datum *owned_keys = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
+    Datum *limits = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
+    const char **shared_keys = static_cast<const char **>(palloc(sizeof(char *) * distinct));
+    int owned_count = 0, shared_count = 0;
+    for (int i = 0; i < distinct; i++) {
+        bool isnull;
+        Datum limit = SPI_getbinval(policies->vals[i], policies->tupdesc, 1, &isnull);
+        bool shared = DatumGetBool(SPI_getbinval(policies->vals[i], policies->tupdesc, 2, &isnull));
+        if (!gd_lock_concurrency_key(keys[i].owner, DatumGetTextPP(names[i]), shared))
+            continue; /* another transaction holds it: the reaper's repair makes the room */
+        if (shared) {
+            shared_keys[shared_count++] = keys[i].key;
+            continue;
+        }
+        owners[owned_count] = ObjectIdGetDatum(keys[i].owner);
+        owned_keys[owned_count] = names[i];
+        limits[owned_count] = limit;
+        owned_count++;
+    }
+    int admitted = 0;
+    if (owned_count > 0) {
+        int now = admit_gated_owned(gd_array_of(owners, nullptr, owned_count, OIDOID),
+                                    gd_array_of(owned_keys, nullptr, owned_count, TEXTOID),
+                                    gd_array_of(limits, nullptr, owned_count, INT4OID));
+        after_admission(now);
+        admitted += now;
+    }
+    for (int i = 0; i < shared_count; i++) {
+        int now = admit_gated_shared(shared_keys[i]);
+        after_admission(now);
+        admitted += now;
+    }
     return admitted;
 }
 

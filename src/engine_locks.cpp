@@ -60,29 +60,27 @@ void wait_for_lock(const LOCKTAG &tag)
 
 } // namespace
 
-/*
- * gd._lock_key(key_owner oid, key text, shared boolean) → boolean: lock the
- * concurrency key in key_owner's key space (every owner's, for a shared
- * limit) until the transaction ends.  A session waits for it; an engine
- * worker does not, and gets false when another transaction holds it.
- */
-GD_SQL_FUNCTION(gd_lock_key)
+bool gd_lock_concurrency_key(Oid key_owner, const text *key, bool shared)
 {
-    text *key = PG_GETARG_TEXT_PP(1);
-    bool shared = PG_GETARG_BOOL(2);
-    LOCKTAG tag = engine_lock_tag(EngineLock::concurrency_key, shared ? InvalidOid : PG_GETARG_OID(0), key);
+    LOCKTAG tag = engine_lock_tag(EngineLock::concurrency_key, shared ? InvalidOid : key_owner, key);
     if (try_lock(tag))
-        PG_RETURN_BOOL(true);
+        return true;
     gd_count(StatEvent::concurrency_contended);
     gd_count_limit(LimitKind::concurrency, text_to_cstring(key), LimitCounts{0, 0, 0, 1});
     WorkerKind worker = gd_my_worker_kind();
     if (worker == WorkerKind::free) {
         wait_for_lock(tag);
-        PG_RETURN_BOOL(true);
+        return true;
     }
     if (worker != WorkerKind::reaper)
         gd_wake_reaper_at_commit(); /* its repair makes the room this transaction could not */
-    PG_RETURN_BOOL(false);
+    return false;
+}
+
+/* gd._lock_key(key_owner oid, key text, shared boolean) → boolean: gd_lock_concurrency_key. */
+GD_SQL_FUNCTION(gd_lock_key)
+{
+    PG_RETURN_BOOL(gd_lock_concurrency_key(PG_GETARG_OID(0), PG_GETARG_TEXT_PP(1), PG_GETARG_BOOL(2)));
 }
 
 /*

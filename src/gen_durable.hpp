@@ -162,8 +162,9 @@ void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id);
 void gd_wake_queue_at_commit(const char *queue, const PickKey *key = nullptr);
 /* What a statement that made rows runnable returns (RETURNING), for gd_wake_queue_of_returned. */
 #define GD_WOKEN_COLUMNS "i.queue, i.priority, i.eligible_at, i.id"
-/* At commit, wake the queue of the r-th row SPI returned (GD_WOKEN_COLUMNS), at that row's key. */
-void gd_wake_queue_of_returned(uint64 r);
+/* At commit, wake the queue of the r-th row SPI returned (GD_WOKEN_COLUMNS, from `first_column` on), at that
+ * row's key. */
+void gd_wake_queue_of_returned(uint64 r, int first_column = 1);
 /* At commit, NOTIFY gd_work, '<queue>' for external workers: once per transaction and queue (notify.cpp). */
 void gd_notify_external_at_commit(const char *queue);
 /* At commit, wake every executor of this database (e.g. CREATE EXTENSION). */
@@ -203,6 +204,13 @@ int gd_pin_search_path();
  * (sub)transaction abort ends it too).
  */
 int gd_bound_lock_waits(int timeout_ms);
+/*
+ * Lock the concurrency key in key_owner's key space (every owner's, for a
+ * shared limit) until the transaction ends.  A session waits for it; an
+ * engine worker does not, and gets false when another transaction holds it
+ * (the reaper's repair makes the room later).
+ */
+bool gd_lock_concurrency_key(Oid key_owner, const text *key, bool shared);
 /* How long an engine worker waits for a lock a tenant's transaction holds, where it must wait at all. */
 constexpr int GD_TENANT_LOCK_WAIT_MS = 1000;
 

@@ -202,13 +202,13 @@ GD_SQL_FUNCTION(gd_wake_reaper_on_commit)
     PG_RETURN_VOID();
 }
 
-void gd_wake_queue_of_returned(uint64 r)
+void gd_wake_queue_of_returned(uint64 r, int first_column)
 {
     HeapTuple row = SPI_tuptable->vals[r];
     TupleDesc desc = SPI_tuptable->tupdesc;
     bool isnull;
-    PickKey key{DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull)),
-                DatumGetTimestampTz(SPI_getbinval(row, desc, 3, &isnull)),
-                DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull))};
-    gd_wake_queue_at_commit(SPI_getvalue(row, desc, 1), &key);
+    PickKey key{DatumGetInt32(SPI_getbinval(row, desc, first_column + 1, &isnull)),
+                DatumGetTimestampTz(SPI_getbinval(row, desc, first_column + 2, &isnull)),
+                DatumGetInt64(SPI_getbinval(row, desc, first_column + 3, &isnull))};
+    gd_wake_queue_at_commit(SPI_getvalue(row, desc, first_column), &key);
 }
