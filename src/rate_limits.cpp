@@ -1,10 +1,12 @@
 /*
- * rate_limits.cpp — admitting a picked step under its rate limits.  The
- * token buckets live in gd._rate_buckets and gd._take_rate_tokens does the
- * arithmetic under the buckets' row locks; here the executor asks before
- * running a step, postpones the instance of a step refused until its tokens
- * will be there, and reports a rate limit that was dropped under waiting
- * instances, once per worker and name, rather than stalling them silently.
+ * rate_limits.cpp — admitting picked steps under their rate limits, a batch
+ * at a time.  The token buckets live in gd._rate_buckets and
+ * gd._take_rate_tokens does the arithmetic for the whole batch under the
+ * buckets' row locks, each bucket read and written once; here an executor
+ * (or a claim) asks once per batch before running its steps, postpones the
+ * instances of the steps refused until their tokens will be there, and
+ * reports a rate limit that was dropped under waiting instances, once per
+ * worker and name, rather than stalling them silently.
  */
 #include "gen_durable.hpp"
 #include "kept_plans.hpp"
@@ -22,7 +24,7 @@ extern "C" {
 
 namespace {
 
-SPIPlanPtr take_plan = nullptr;
+SPIPlanPtr take_plan = nullptr; /* gd._take_rate_tokens */
 
 /* Names of dropped rate limits this process has reported (a few at most). */
 constexpr int MAX_REPORTED = 32;
@@ -42,39 +44,58 @@ void report_dropped_limit_once(const char *name)
 
 } // namespace
 
-bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def)
+bool gd_needs_rate(const PickedInstance &row, const StepDefinition &def)
 {
-    if (take_plan == nullptr) {
-        Oid types[3] = {OIDOID, TEXTARRAYOID, INT4OID};
-        take_plan = gd_prepare_kept("SELECT t.admitted, t.not_before, t.undefined_limit"
-                                    "  FROM gd._take_rate_tokens($1, $2, $3) t",
-                                    3, types);
+    return row.rate_limit != nullptr || def.rate_limit[0] != '\0';
+}
+
+void gd_admit_rates(const PickedInstance *const *rows, const StepDefinition *const *defs, int count, bool *admitted)
+{
+    if (count == 0)
+        return;
+    Datum *owners = static_cast<Datum *>(palloc(sizeof(Datum) * count));
+    Datum *instance_keys = static_cast<Datum *>(palloc(sizeof(Datum) * count));
+    Datum *step_keys = static_cast<Datum *>(palloc(sizeof(Datum) * count));
+    bool *no_instance_key = static_cast<bool *>(palloc(sizeof(bool) * count));
+    bool *no_step_key = static_cast<bool *>(palloc(sizeof(bool) * count));
+    Datum *weights = static_cast<Datum *>(palloc(sizeof(Datum) * count));
+    for (int i = 0; i < count; i++) {
+        owners[i] = ObjectIdGetDatum(rows[i]->owner);
+        no_instance_key[i] = rows[i]->rate_limit == nullptr;
+        instance_keys[i] = no_instance_key[i] ? 0 : CStringGetTextDatum(rows[i]->rate_limit);
+        no_step_key[i] = defs[i]->rate_limit[0] == '\0';
+        step_keys[i] = no_step_key[i] ? 0 : CStringGetTextDatum(defs[i]->rate_limit);
+        weights[i] = Int32GetDatum(rows[i]->weight);
     }
-    Datum keys[2];
-    int count = 0;
-    if (row.rate_limit != nullptr)
-        keys[count++] = CStringGetTextDatum(row.rate_limit);
-    if (def.rate_limit[0] != '\0')
-        keys[count++] = CStringGetTextDatum(def.rate_limit);
-    Datum args[3] = {ObjectIdGetDatum(row.owner),
-                     PointerGetDatum(construct_array(keys, count, TEXTOID, -1, false, TYPALIGN_INT)),
-                     Int32GetDatum(row.weight)};
-    if (gd_execute_kept(take_plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-        elog(ERROR, "gen_durable: rate limit admission of instance " INT64_FORMAT " failed", row.id);
-    HeapTuple verdict = SPI_tuptable->vals[0];
-    TupleDesc desc = SPI_tuptable->tupdesc;
-    bool isnull;
-    if (DatumGetBool(SPI_getbinval(verdict, desc, 1, &isnull)))
-        return true;
-    Datum not_before = SPI_getbinval(verdict, desc, 2, &isnull);
-    bool try_next_round = isnull;
-    Datum undefined_limit = SPI_getbinval(verdict, desc, 3, &isnull);
-    if (!isnull) {
-        const char *name = TextDatumGetCString(undefined_limit);
-        gd_count_unknown_policy(name, row.fsm, row.step);
-        report_dropped_limit_once(name);
+    Datum args[4] = {gd_array_of(owners, nullptr, count, OIDOID), gd_array_of(instance_keys, no_instance_key, count, TEXTOID),
+                     gd_array_of(step_keys, no_step_key, count, TEXTOID), gd_array_of(weights, nullptr, count, INT4OID)};
+    if (gd_run_kept(take_plan, "SELECT t.admitted, t.not_before, t.undefined_limit FROM gd._take_rate_tokens($1, $2, $3, $4) t",
+                    {OIDARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID}, args, false, 0) != SPI_OK_SELECT ||
+        SPI_processed != static_cast<uint64>(count))
+        elog(ERROR, "gen_durable: rate limit admission of %d steps failed", count);
+    SPITupleTable *verdicts = SPI_tuptable; /* kept: the postponement is a statement of its own */
+    int64 *waiting = static_cast<int64 *>(palloc(sizeof(int64) * count));
+    TimestampTz *until = static_cast<TimestampTz *>(palloc(sizeof(TimestampTz) * count));
+    int waiting_count = 0;
+    for (int i = 0; i < count; i++) {
+        HeapTuple verdict = verdicts->vals[i];
+        TupleDesc desc = verdicts->tupdesc;
+        bool isnull;
+        admitted[i] = DatumGetBool(SPI_getbinval(verdict, desc, 1, &isnull));
+        if (admitted[i])
+            continue;
+        Datum undefined_limit = SPI_getbinval(verdict, desc, 3, &isnull);
+        if (!isnull) {
+            const char *name = TextDatumGetCString(undefined_limit);
+            gd_count_unknown_policy(name, rows[i]->fsm, rows[i]->step);
+            report_dropped_limit_once(name);
+        }
+        Datum not_before = SPI_getbinval(verdict, desc, 2, &isnull);
+        if (isnull)
+            continue; /* another picker holds a bucket: the next round tries again */
+        waiting[waiting_count] = rows[i]->id;
+        until[waiting_count] = DatumGetTimestampTz(not_before);
+        waiting_count++;
     }
-    if (!try_next_round)
-        gd_postpone(row.id, DatumGetTimestampTz(not_before));
-    return false;
+    gd_postpone_all(waiting, until, waiting_count);
 }

@@ -6,9 +6,12 @@
 #include "picker.hpp"
 #include "step_definitions.hpp"
 
+/* Does the step take tokens (the instance or its step names a rate limit)? */
+bool gd_needs_rate(const PickedInstance &row, const StepDefinition &def);
 /*
- * Take the tokens a step needs from its rate limits (the instance's and the
- * step's), or push the instance back until they will be there; false when
- * the step must not run now.
+ * Take the tokens each of `count` picked steps needs from its rate limits
+ * (its instance's and its step's), all in one statement, in their order;
+ * push the instances of the steps refused back until their tokens will be
+ * there.  admitted[i]: step i may run now.
  */
-bool gd_admit_rate(const PickedInstance &row, const StepDefinition &def);
+void gd_admit_rates(const PickedInstance *const *rows, const StepDefinition *const *defs, int count, bool *admitted);

@@ -83,10 +83,9 @@ enum class Disposition { handled, throttled, to_run };
 /*
  * The first pass over a picked row, in the round's own transaction: a row
  * whose definition, handler or owner was dropped fails at once (one whose
- * version has no steps yet waits: a restore), one whose step became external is
- * handed over, one its rate limits hold back waits; the rest are to run,
- * with their definition copied into `def` (the cache may be emptied while
- * handlers run).
+ * version has no steps yet waits: a restore); the rest are to run (once
+ * their rate limits admit them: admit_and_hand_over), with their definition
+ * copied into `def` (the cache may be emptied while handlers run).
  */
 Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
 {
@@ -106,16 +105,47 @@ Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
         gd_apply_transition(row.id, gd_failed_at_once(row, gone.sqlerrcode, gone.message), StatusWriter::step);
         return Disposition::handled;
     }
-    if ((row.rate_limit != nullptr || def.rate_limit[0] != '\0') && !gd_admit_rate(row, def))
-        return Disposition::throttled; /* it runs when its tokens are there */
-    if (def.external) {
-        /* Now an external step (redefined): hand it to external workers. */
-        Transition t = gd_final_transition(row, Status::runnable, 0, 0);
-        t.to.external = true;
-        gd_apply_transition(row.id, t, StatusWriter::step);
-        return Disposition::handled;
-    }
     return Disposition::to_run;
+}
+
+/*
+ * The second pass, over the steps the first left to run: their rate limits
+ * admit them or hold them back, all in one statement; a step that became
+ * external (redefined) is handed to external workers.  The round's to_run
+ * and definitions keep the rest, in order.  Returns how many were handled
+ * (handed over or left to run).
+ */
+int admit_and_hand_over(Round &round)
+{
+    const PickedInstance **rated_rows = round_array<const PickedInstance *>(round.to_run_count);
+    const StepDefinition **rated_definitions = round_array<const StepDefinition *>(round.to_run_count);
+    int rated = 0;
+    for (int k = 0; k < round.to_run_count; k++)
+        if (gd_needs_rate(round.rows[round.to_run[k]], round.definitions[k])) {
+            rated_rows[rated] = &round.rows[round.to_run[k]];
+            rated_definitions[rated++] = &round.definitions[k];
+        }
+    bool *admitted = round_array<bool>(rated);
+    gd_admit_rates(rated_rows, rated_definitions, rated, admitted);
+    int handled = 0, kept = 0;
+    for (int k = 0, r = 0; k < round.to_run_count; k++) {
+        const PickedInstance &row = round.rows[round.to_run[k]];
+        const StepDefinition &def = round.definitions[k];
+        if (gd_needs_rate(row, def) && !admitted[r++])
+            continue; /* it runs when its tokens are there */
+        handled++;
+        if (def.external) {
+            /* Now an external step (redefined): hand it to external workers. */
+            Transition t = gd_final_transition(row, Status::runnable, 0, 0);
+            t.to.external = true;
+            gd_apply_transition(row.id, t, StatusWriter::step);
+            continue;
+        }
+        round.to_run[kept] = round.to_run[k];
+        round.definitions[kept++] = def;
+    }
+    round.to_run_count = kept;
+    return handled;
 }
 
 /* Call a step's handler and turn its outcome into a transition (children spawned); may raise. */
@@ -286,9 +316,10 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
         Disposition disposition = prepare_step(round.rows[i], round.definitions[round.to_run_count]);
         if (disposition == Disposition::to_run)
             round.to_run[round.to_run_count++] = i;
-        if (disposition != Disposition::throttled)
+        else if (disposition == Disposition::handled)
             ran++;
     }
+    ran += admit_and_hand_over(round);
     if (round.to_run_count == 1 || (round.to_run_count > 1 && last_batch_raised)) {
         run_each_isolated(round, 0, round.to_run_count);
         last_batch_raised = false;

@@ -314,13 +314,28 @@ void gd_flush_transitions(TransitionBatch &batch)
     pfree(written);
 }
 
+void gd_postpone_all(const int64 *ids, const TimestampTz *until, int count)
+{
+    if (count == 0)
+        return;
+    static SPIPlanPtr postpone_plan = nullptr;
+    Datum *id_values = datums(count), *times = datums(count);
+    for (int i = 0; i < count; i++) {
+        id_values[i] = Int64GetDatum(ids[i]);
+        times[i] = TimestampTzGetDatum(until[i]);
+    }
+    Datum args[2] = {gd_array_of(id_values, nullptr, count, INT8OID), gd_array_of(times, nullptr, count, TIMESTAMPTZOID)};
+    if (gd_run_kept(postpone_plan,
+                    "UPDATE gd._instances i SET eligible_at = t.until"
+                    "  FROM unnest($1::int8[], $2::timestamptz[]) AS t(id, until)"
+                    " WHERE i.id = t.id AND i.id = ANY ($1)",
+                    {INT8ARRAYOID, TIMESTAMPTZARRAYOID}, args, false, 0) != SPI_OK_UPDATE)
+        elog(ERROR, "gen_durable: could not postpone %d instances", count);
+}
+
 void gd_postpone(int64 id, TimestampTz until)
 {
-    static SPIPlanPtr postpone_plan = nullptr;
-    Datum args[2] = {Int64GetDatum(id), TimestampTzGetDatum(until)};
-    if (gd_run_kept(postpone_plan, "UPDATE gd._instances SET eligible_at = $2 WHERE id = $1", {INT8OID, TIMESTAMPTZOID},
-                    args, false, 0) != SPI_OK_UPDATE)
-        elog(ERROR, "gen_durable: could not postpone instance " INT64_FORMAT, id);
+    gd_postpone_all(&id, &until, 1);
 }
 
 void gd_apply_transition(int64 id, Transition t, StatusWriter writer)

@@ -115,3 +115,5 @@ Transition gd_final_transition(const PickedInstance &row, Status status, Datum r
 Transition gd_failed_at_once(const PickedInstance &row, int sqlerrcode, const char *message);
 /* Leave the (locked) instance as it is, to be picked again at `until`. */
 void gd_postpone(int64 id, TimestampTz until);
+/* The same for `count` instances, each until its own time, in one statement. */
+void gd_postpone_all(const int64 *ids, const TimestampTz *until, int count);

@@ -97,89 +97,181 @@ LANGUAGE sql IMMUTABLE AS $$
     SELECT make_interval(secs => least(tokens * extract(epoch FROM policy.per) / policy.rate, 3155760000))
 $$;
 
--- Take `weight` tokens from every key's bucket (the instance owner's, or
--- the shared one), or none.  `admitted` when taken; otherwise the step does
--- not run now, and its instance waits until `not_before`: when the tokens
--- will be there, or a minute from now when `undefined_limit` names a limit
--- that was dropped.  A NULL `not_before`: another picker holds a bucket, try
--- again next round.  The caller writes the instance's wait.
-CREATE OR REPLACE FUNCTION gd._take_rate_tokens(bucket_owner oid, keys text[], weight int,
+-- Take the tokens a batch of picked steps needs, in their order (row i:
+-- owners[i]'s step of weights[i] tokens under instance_keys[i] and
+-- step_keys[i], either NULL).  Each bucket the batch names is read and
+-- locked once; each step takes `weight` tokens from every one of its keys'
+-- buckets (its owner's, or the shared one) from what the steps before it
+-- left, or none; the buckets are written once.  Per row, in order:
+-- `admitted` when taken; otherwise the step does not run now and its
+-- instance waits until `not_before`, when the tokens will be there (turns
+-- are given out one after another, each reserved in its bucket), or a
+-- minute from now when `undefined_limit` names a limit that was dropped; a
+-- NULL `not_before`: another picker holds a bucket, try again next round.
+-- The caller writes the instances' waits.
+CREATE OR REPLACE FUNCTION gd._take_rate_tokens(owners oid[], instance_keys text[], step_keys text[], weights int[],
                                                 OUT admitted boolean, OUT not_before timestamptz,
                                                 OUT undefined_limit text)
-LANGUAGE plpgsql AS $$
+RETURNS SETOF record LANGUAGE plpgsql AS $$
 DECLARE
-    bucket_key text;
-    policy gd._rate_limits;
-    bucket gd._rate_buckets;
-    level float8;
-    held_scopes regrole[] := '{}';
-    held text[] := '{}';
-    levels float8[] := '{}';
-    turns timestamptz[] := '{}';
-    turn timestamptz;
-    due timestamptz := NULL;
     at timestamptz := clock_timestamp();
+    never timestamptz := clock_timestamp() + interval '100 years';
+    -- The batch's buckets, by (scope, key); 'scope/key' names one.
+    names text[];
+    scopes regrole[];
+    keys text[];
+    rates int[];              -- their limit's (NULL: no such limit)
+    pers float8[];            -- seconds
+    bursts int[];
+    locked boolean[];         -- read and locked here (else another picker holds it)
+    mint_busy boolean[];      -- missing, and an open transaction is making it
+    left_tokens float8[];
+    refilled timestamptz[];
+    reserved timestamptz[];
+    touched boolean[];
+    wanted bigint[];
+    granted bigint[];
+    throttled bigint[];
+    contended bigint[];
+    row_keys text[];
+    row_buckets int[];
+    row_levels float8[];
+    row_turns timestamptz[];
+    b int;
+    n int;
+    weight int;
+    level float8;
+    turn timestamptz;
+    due timestamptz;
+    bucket gd._rate_buckets;
+    throttled_steps bigint := 0;
+    contended_steps bigint := 0;
 BEGIN
-    FOR bucket_key IN SELECT DISTINCT k FROM unnest(keys) k WHERE k IS NOT NULL ORDER BY 1 LOOP
-        SELECT * INTO policy FROM gd._rate_limits l WHERE l.name = split_part(bucket_key, ':', 1);
-        IF NOT FOUND THEN
-            PERFORM gd._count('rate_limit_throttled'), gd._count_limit('rate_limit', bucket_key, weight, 0, 1, 0);
-            admitted := false;
-            not_before := at + interval '1 minute';
-            undefined_limit := split_part(bucket_key, ':', 1);
-            RETURN;
-        END IF;
-        SELECT * INTO bucket FROM gd._rate_buckets b
-         WHERE b.scope = gd._bucket_scope(bucket_owner, policy) AND b.key = bucket_key FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            -- gone (GC) or never made (a step's limit, or a shared one): a full one
-            IF NOT gd._mint_bucket_unless_busy(gd._bucket_scope(bucket_owner, policy), bucket_key, policy.burst, at)
-            THEN
-                -- an open transaction is making it: look again in a second
-                PERFORM gd._count('rate_limit_contended'), gd._count_limit('rate_limit', bucket_key, 0, 0, 0, 1);
-                admitted := false;
-                not_before := at + interval '1 second';
-                RETURN;
+    SELECT coalesce(array_agg(u.scope::text || '/' || u.key ORDER BY u.scope, u.key), '{}'),
+           coalesce(array_agg(u.scope ORDER BY u.scope, u.key), '{}'), coalesce(array_agg(u.key ORDER BY u.scope, u.key), '{}'),
+           coalesce(array_agg(u.rate ORDER BY u.scope, u.key), '{}'), coalesce(array_agg(u.per ORDER BY u.scope, u.key), '{}'),
+           coalesce(array_agg(u.burst ORDER BY u.scope, u.key), '{}')
+      INTO names, scopes, keys, rates, pers, bursts
+      FROM (SELECT DISTINCT CASE WHEN l.shared THEN 0 ELSE r.owner END::regrole AS scope, r.key, l.rate,
+                   extract(epoch FROM l.per)::float8 AS per, l.burst
+              FROM unnest(owners, instance_keys, step_keys) AS s(owner, instance_key, step_key)
+             CROSS JOIN LATERAL (VALUES (s.owner, s.instance_key), (s.owner, s.step_key)) AS r(owner, key)
+              LEFT JOIN gd._rate_limits l ON l.name = split_part(r.key, ':', 1)
+             WHERE r.key IS NOT NULL) u;
+    n := cardinality(names);
+    locked := array_fill(false, ARRAY[n]);
+    mint_busy := array_fill(false, ARRAY[n]);
+    touched := array_fill(false, ARRAY[n]);
+    left_tokens := array_fill(NULL::float8, ARRAY[n]);
+    refilled := array_fill(NULL::timestamptz, ARRAY[n]);
+    reserved := array_fill(NULL::timestamptz, ARRAY[n]);
+    wanted := array_fill(0::bigint, ARRAY[n]);
+    granted := array_fill(0::bigint, ARRAY[n]);
+    throttled := array_fill(0::bigint, ARRAY[n]);
+    contended := array_fill(0::bigint, ARRAY[n]);
+    FOR pass IN 1..2 LOOP
+        FOR bucket IN
+            SELECT bk.* FROM gd._rate_buckets bk
+              JOIN unnest(scopes, keys, rates) AS u(scope, key, rate) ON bk.scope = u.scope AND bk.key = u.key
+             WHERE u.rate IS NOT NULL
+             ORDER BY bk.scope, bk.key FOR UPDATE OF bk SKIP LOCKED
+        LOOP
+            b := array_position(names, bucket.scope::text || '/' || bucket.key);
+            locked[b] := true;
+            left_tokens[b] := bucket.tokens;
+            refilled[b] := bucket.refilled_at;
+            reserved[b] := bucket.reserved_until;
+        END LOOP;
+        EXIT WHEN pass = 2;
+        -- Gone (GC) or never made (a step's limit, or a shared one): a full one.
+        FOR b IN 1..n LOOP
+            IF NOT locked[b] AND rates[b] IS NOT NULL
+               AND NOT EXISTS (SELECT FROM gd._rate_buckets bk WHERE bk.scope = scopes[b] AND bk.key = keys[b])
+               AND NOT gd._mint_bucket_unless_busy(scopes[b], keys[b], bursts[b], at) THEN
+                mint_busy[b] := true;
             END IF;
-            SELECT * INTO bucket FROM gd._rate_buckets b
-             WHERE b.scope = gd._bucket_scope(bucket_owner, policy) AND b.key = bucket_key FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                PERFORM gd._count('rate_limit_contended'), gd._count_limit('rate_limit', bucket_key, 0, 0, 0, 1);
-                admitted := false;
-                RETURN;
-            END IF;
-        END IF;
-        level := least(policy.burst::float8,
-                       bucket.tokens + extract(epoch FROM at - bucket.refilled_at) * policy.rate
-                                       / extract(epoch FROM policy.per));
-        turn := NULL;
-        IF level < weight THEN
-            -- the next free turn: after the last one given out, and no sooner than the tokens refill
-            turn := least(greatest(coalesce(bucket.reserved_until, at), at + gd._rate_wait(weight - level, policy)),
-                          at + interval '100 years');
-            due := greatest(due, turn);
-        END IF;
-        held_scopes := held_scopes || bucket.scope;
-        held := held || bucket_key;
-        levels := levels || level;
-        turns := turns || turn;
+        END LOOP;
     END LOOP;
-    IF due IS NOT NULL THEN
-        UPDATE gd._rate_buckets b
-           SET reserved_until = least(t.turn + gd._rate_wait(weight, l), at + interval '100 years')
-          FROM unnest(held_scopes, held, turns) AS t(scope, key, turn), gd._rate_limits l
-         WHERE b.scope = t.scope AND b.key = t.key AND t.turn IS NOT NULL AND l.name = split_part(t.key, ':', 1);
-        PERFORM gd._count('rate_limit_throttled');
-        PERFORM gd._count_limit('rate_limit', t.key, weight, 0, (t.turn IS NOT NULL)::int, 0)
-           FROM unnest(held, turns) AS t(key, turn);
+    FOR i IN 1..coalesce(cardinality(owners), 0) LOOP
+        weight := weights[i];
         admitted := false;
-        not_before := due;
-        RETURN;
-    END IF;
-    UPDATE gd._rate_buckets b SET tokens = t.level - weight, refilled_at = at
-      FROM unnest(held_scopes, held, levels) AS t(scope, key, level) WHERE b.scope = t.scope AND b.key = t.key;
-    PERFORM gd._count_limit('rate_limit', k, weight, weight, 0, 0) FROM unnest(held) k;
-    admitted := true;
+        not_before := NULL;
+        undefined_limit := NULL;
+        row_keys := ARRAY(SELECT DISTINCT k FROM unnest(ARRAY[instance_keys[i], step_keys[i]]) k
+                           WHERE k IS NOT NULL ORDER BY 1);
+        row_buckets := '{}';
+        row_levels := '{}';
+        row_turns := '{}';
+        due := NULL;
+        FOR k IN 1..cardinality(row_keys) LOOP
+            b := coalesce(array_position(names, owners[i]::regrole::text || '/' || row_keys[k]),
+                          array_position(names, '-/' || row_keys[k]));
+            IF rates[b] IS NULL THEN
+                throttled_steps := throttled_steps + 1;
+                wanted[b] := wanted[b] + weight;
+                throttled[b] := throttled[b] + 1;
+                not_before := at + interval '1 minute';
+                undefined_limit := split_part(row_keys[k], ':', 1);
+                EXIT;
+            END IF;
+            IF NOT locked[b] THEN
+                contended_steps := contended_steps + 1;
+                contended[b] := contended[b] + 1;
+                IF mint_busy[b] THEN
+                    not_before := at + interval '1 second';   -- an open transaction is making it
+                END IF;
+                undefined_limit := '';   -- stop here
+                EXIT;
+            END IF;
+            level := least(bursts[b]::float8, left_tokens[b] + extract(epoch FROM at - refilled[b]) * rates[b] / pers[b]);
+            turn := NULL;
+            IF level < weight THEN
+                -- the next free turn: after the last one given out, and no sooner than the tokens refill
+                turn := least(greatest(coalesce(reserved[b], at),
+                                       at + make_interval(secs => least((weight - level) * pers[b] / rates[b], 3155760000))),
+                              never);
+                due := greatest(due, turn);
+            END IF;
+            row_buckets := row_buckets || b;
+            row_levels := row_levels || level;
+            row_turns := row_turns || turn;
+        END LOOP;
+        IF undefined_limit IS NOT NULL THEN
+            undefined_limit := nullif(undefined_limit, '');
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        FOR k IN 1..cardinality(row_buckets) LOOP
+            b := row_buckets[k];
+            touched[b] := true;
+            wanted[b] := wanted[b] + weight;
+            IF due IS NOT NULL THEN
+                IF row_turns[k] IS NOT NULL THEN
+                    reserved[b] := least(row_turns[k] + make_interval(secs => least(weight * pers[b] / rates[b], 3155760000)),
+                                         never);
+                    throttled[b] := throttled[b] + 1;
+                END IF;
+            ELSE
+                left_tokens[b] := row_levels[k] - weight;
+                refilled[b] := at;
+                granted[b] := granted[b] + weight;
+            END IF;
+        END LOOP;
+        IF due IS NOT NULL THEN
+            throttled_steps := throttled_steps + 1;
+            not_before := due;
+        ELSE
+            admitted := true;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    UPDATE gd._rate_buckets bk SET tokens = u.tokens, refilled_at = u.refilled, reserved_until = u.reserved
+      FROM unnest(scopes, keys, left_tokens, refilled, reserved, touched) AS u(scope, key, tokens, refilled, reserved, touched)
+     WHERE u.touched AND bk.scope = u.scope AND bk.key = u.key;
+    PERFORM gd._count('rate_limit_throttled', throttled_steps), gd._count('rate_limit_contended', contended_steps);
+    PERFORM gd._count_limit('rate_limit', u.key, u.wanted::int, u.granted::int, u.throttled::int, u.contended::int)
+       FROM unnest(keys, wanted, granted, throttled, contended) AS u(key, wanted, granted, throttled, contended)
+      WHERE u.wanted + u.contended > 0;
 END $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_set_rate_limit(name text, rate int, per interval, burst int DEFAULT NULL,
