@@ -26,6 +26,8 @@
 \endif
 BEGIN;
 SET LOCAL search_path = '';
+-- (No notice that a DROP ... IF EXISTS below found nothing to drop.)
+SET LOCAL client_min_messages = warning;
 
 -- A gd_router schema another role made first would let that role replace
 -- what is made in it.
@@ -61,6 +63,14 @@ CREATE OR REPLACE FUNCTION gd_router.partition_count() RETURNS int LANGUAGE sql 
     SELECT pg_catalog.count(*)::int FROM pg_catalog.pg_foreign_server s, pg_catalog.unnest(s.srvoptions) o
      WHERE s.srvname OPERATOR(pg_catalog.=) 'gd_partitions' AND o OPERATOR(pg_catalog.~) '^p[0-9]+='
 $$;
+
+-- Signatures an earlier router.sql made that the ones below replace: left
+-- beside them, they would make a call that leaves out the new arguments
+-- ambiguous.  (gd_define_step and its PL/Proxy function before
+-- backoff_jitter.)
+DROP FUNCTION IF EXISTS gd_router.define_step_all(text, text, text, int, interval, interval, interval, int, text, text);
+SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_step(text, text, text, int, interval, interval, interval, '
+                         'int, text, text)', :'api_schema') \gexec
 
 -- ------------------------------------------------------- the PL/Proxy functions
 -- Each runs `query` on the partitions `run_on` names (RUN ON), @api@ in it
@@ -111,9 +121,10 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
                       history boolean)$$, 'SETOF int', 'ALL',
      'SELECT @api@.gd_define_fsm(name, initial, queue, version, state_defaults, steps, history)'),
     ($$define_step_all(fsm text, step text, handler text, max_attempts int, backoff interval, max_backoff interval,
-                       timeout interval, version int, rate_limit text, queue text)$$, 'SETOF int', 'ALL',
+                       timeout interval, version int, rate_limit text, queue text, backoff_jitter boolean)$$,
+     'SETOF int', 'ALL',
      $$SELECT 1 FROM @api@.gd_define_step(fsm, step, handler::pg_catalog.regprocedure, max_attempts, backoff,
-                                          max_backoff, timeout, version, rate_limit, queue)$$),
+                                          max_backoff, timeout, version, rate_limit, queue, backoff_jitter)$$),
     ('grant_all(fsm text, role text, granted boolean)', 'SETOF boolean', 'ALL',
      $$SELECT CASE WHEN granted THEN (SELECT true FROM @api@.gd_grant(fsm, role::pg_catalog.regrole))
                    ELSE @api@.gd_revoke(fsm, role::pg_catalog.regrole) END$$),
@@ -232,9 +243,9 @@ SELECT pg_catalog.format($function$
     ($$gd_define_step(fsm text, step text, handler text DEFAULT NULL, max_attempts int DEFAULT 3,
                       backoff interval DEFAULT '1s', max_backoff interval DEFAULT '5m',
                       timeout interval DEFAULT NULL, version int DEFAULT NULL, rate_limit text DEFAULT NULL,
-                      queue text DEFAULT NULL)$$, 'void',
+                      queue text DEFAULT NULL, backoff_jitter boolean DEFAULT true)$$, 'void',
      $$PERFORM gd_router.define_step_all(fsm, step, handler, max_attempts, backoff, max_backoff, timeout,
-                                         version, rate_limit, queue)$$),
+                                         version, rate_limit, queue, backoff_jitter)$$),
     ('gd_grant(fsm text, role text)', 'void', 'PERFORM gd_router.grant_all(fsm, role, true)'),
     ('gd_revoke(fsm text, role text)', 'boolean',
      'RETURN (SELECT pg_catalog.bool_or(changed) FROM gd_router.grant_all(fsm, role, false) changed)'),

@@ -50,7 +50,7 @@ class Statements:
         self.signal = f"SELECT {api}.gd_signal(%s, %s, %s, dedup_key => %s, missing_ok => %s)"
         self.wait = f"SELECT status, step, attempt, result, error FROM {api}.gd_await(%s, %s::interval, %s)"
         self.cancel = f"SELECT {api}.gd_cancel(%s, %s)"
-        self.retry = f"SELECT {api}.gd_retry(%s)"
+        self.retry = f"SELECT {api}.gd_retry(%s::bigint)"   # not gd_retry(error jsonb), the outcome
         self.drain = f"SELECT {api}.gd_drain(%s, with_scheduled => %s, max_steps => %s)"
         # Only steps of the FSMs the worker has handlers for (fsms).
         # The last column: seconds until the step's deadline (NULL: none), by the server's clock.
