@@ -48,8 +48,7 @@ BEGIN
 END $$;
 CREATE SCHEMA IF NOT EXISTS gd_sharding;
 -- (search_path pg_catalog: a handler's name comes out with its schema, a
--- role's quoted where it must be.  backoff_jitter as text: gd_define_fsm's
--- steps take it as a string, 'true' or 'false'.)
+-- role's quoted where it must be.)
 CREATE OR REPLACE FUNCTION gd_sharding.definitions() RETURNS jsonb LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp AS $$
     SELECT jsonb_build_object(
@@ -60,7 +59,7 @@ SET search_path = pg_catalog, pg_temp AS $$
                                   'handler', s.handler::text, 'max_attempts', s.max_attempts,
                                   'backoff', s.backoff, 'max_backoff', s.max_backoff, 'timeout', s.timeout,
                                   'rate_limit', s.rate_limit, 'queue', s.queue,
-                                  'backoff_jitter', s.backoff_jitter::text)))
+                                  'backoff_jitter', s.backoff_jitter)))
                                 FROM gd.steps s WHERE s.fsm = f.name AND s.version = f.version), '{}'))
                     ORDER BY f.name, f.version) FROM gd.fsms f), '[]'),
         'grants', coalesce((SELECT jsonb_agg(jsonb_build_object('fsm', g.fsm, 'role', g.role::text,

@@ -344,6 +344,19 @@ BEGIN
     RETURN (entry->>option)::int;
 END $$;
 
+-- A boolean option of an options object (JSON true or false), or default_value when absent.
+CREATE OR REPLACE FUNCTION gd._entry_bool(entry jsonb, option text, default_value boolean) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF NOT entry ? option THEN
+        RETURN default_value;
+    END IF;
+    IF jsonb_typeof(entry->option) <> 'boolean' THEN
+        PERFORM gd._bad_argument(format('option %s must be true or false, got %s', option, entry->option));
+    END IF;
+    RETURN (entry->option)::boolean;
+END $$;
+
 -- A string option of an options object as a timestamptz or interval (the type
 -- of `kind`), or NULL when absent; anything else is a bad argument.
 CREATE OR REPLACE FUNCTION gd._entry_cast(entry jsonb, option text, kind anyelement) RETURNS anyelement

@@ -119,7 +119,7 @@ BEGIN
                                coalesce(gd._entry_cast(options, 'backoff', NULL::interval), '1s'),
                                coalesce(gd._entry_cast(options, 'max_backoff', NULL::interval), '5m'),
                                gd._entry_cast(options, 'timeout', NULL::interval), fsm_version, options->>'rate_limit',
-                               options->>'queue', coalesce(gd._entry_cast(options, 'backoff_jitter', NULL::boolean), true));
+                               options->>'queue', gd._entry_bool(options, 'backoff_jitter', true));
 END $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,

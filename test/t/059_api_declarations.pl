@@ -75,10 +75,6 @@ my %ROUTER_TYPE = (regprocedure => 'text', regrole => 'text');
 # Known drifts not fixed yet: the check named runs as a TODO (reported,
 # not failing); remove the entry with the fix.
 my %KNOWN_DRIFT = (
-	'gd_define_fsm steps: each gd_define_step option as JSON of its type' =>
-	  'sql/src/30_definitions.sql gd._define_one_step reads backoff_jitter with gd._entry_cast, which takes JSON strings only',
-	'node typings: insertAll entries and spawn children' =>
-	  'index.d.ts declares InsertOptions (camelCase, onDuplicate) for entries that client.js sends unchanged',
 );
 
 my $node = GdTest::start_node('api');
@@ -600,8 +596,14 @@ is(join(', ', (map { /^%\((\w+)\)s/ ? $1 : "($_)" } @{ $py_args->{positional} })
 		map { $_->[1] =~ /^%\((\w+)\)s/ && $1 eq $_->[0] ? $1 : "($_->[0] => $_->[1])" } @{ $py_args->{named} }),
 	join(', ', @insert_arguments), 'python: Statements.insert passes each option to the argument of its name');
 
-# The entries the Node.js typings declare for insertAll and spawn (sent
-# unchanged by client.js and outcomes.js) carry options the engine takes.
+# The entries the Node.js typings declare for insertAll and spawn (insert's
+# options but onDuplicate) are turned into the engine's entry keys by
+# outcomes.js's ENTRY_OPTIONS, each of which gd_insert_all takes.
+my $outcomes_entry_js = slurp_file("$clients/node/lib/outcomes.js");
+my ($entry_map) = $outcomes_entry_js =~ /const ENTRY_OPTIONS = \{(.*?)\};/s;
+my %entry_options = ($entry_map // '') =~ /(\w+): '(\w+)'/g;
+is(join(', ', sort keys %entry_options), join(', ', sort 'fsm', grep { $_ ne 'onDuplicate' } @typed_options),
+	'node: ENTRY_OPTIONS names every InsertEntry option');
 my $refused = $node->safe_psql('postgres', q{
 CREATE FUNCTION pg_temp.refused(k text) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
@@ -610,12 +612,13 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLERRM LIKE '%unknown insert option%';
 END $$;
-SELECT string_agg(k, ', ' ORDER BY n) FROM unnest(ARRAY['} . join("', '", 'fsm', @typed_options) . q{']) WITH ORDINALITY u(k, n)
+SELECT string_agg(k, ', ' ORDER BY n) FROM unnest(ARRAY['} . join("', '", sort values %entry_options) . q{']) WITH ORDINALITY u(k, n)
  WHERE pg_temp.refused(k)});
-like($index_d_ts, qr/\binsertAll\(fsm: string, entries: Iterable<InsertOptions>\)/, 'node typings: insertAll entries are InsertOptions');
-like($index_d_ts, qr/\bspawn\(children: Iterable<InsertOptions &/, 'node typings: spawn children are InsertOptions');
-check('node typings: insertAll entries and spawn children',
-	$refused eq '' ? () : "gd_insert_all refuses entry keys InsertOptions declares: $refused");
+check('node: ENTRY_OPTIONS sends keys gd_insert_all takes',
+	$refused eq '' ? () : "gd_insert_all refuses entry keys ENTRY_OPTIONS sends: $refused");
+like($index_d_ts, qr/export type InsertEntry = Omit<InsertOptions, 'onDuplicate'>;/, 'node typings: InsertEntry is insert\'s options but onDuplicate');
+like($index_d_ts, qr/\binsertAll\(fsm: string, entries: Iterable<InsertEntry>\)/, 'node typings: insertAll entries are InsertEntry');
+like($index_d_ts, qr/\bspawn\(children: Iterable<InsertEntry &/, 'node typings: spawn children are InsertEntry');
 
 # Outcomes: each client's keys are the SQL constructor's arguments; gd_outcome passes them in its order.
 my %constructor = map { ($_->{name} =~ s/^gd_//r) => $_ } grep { $_->{schema} eq 'public' && $_->{result} eq 'gd.outcome' && $_->{name} ne 'gd_outcome' } @api;

@@ -5,7 +5,7 @@
  * inside your transaction if you opened one.
  */
 const pg = require('pg');
-const { interval } = require('./outcomes');
+const { interval, insertEntry } = require('./outcomes');
 const { statements, apiSchemaOption, SQL } = require('./sql');
 
 const INSERT_OPTIONS = ['step', 'queue', 'priority', 'concurrencyKey', 'correlationKey', 'correlationScope',
@@ -103,9 +103,10 @@ class Client {
     return toId((await this.one((await this.sql()).insert, insertParameters(fsm, state, options))).id);
   }
 
-  /** gd_insert_all: one instance per insert option object, in one statement. */
+  /** gd_insert_all: one instance per insert option object (insert's, less onDuplicate), in one statement. */
   async insertAll(fsm, entries) {
-    const { rows } = await this.client.query((await this.sql()).insertAll, [fsm, JSON.stringify([...entries])]);
+    const { rows } = await this.client.query((await this.sql()).insertAll,
+      [fsm, JSON.stringify([...entries].map(insertEntry))]);
     return rows.map((r) => toId(r.id));
   }
 

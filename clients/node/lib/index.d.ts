@@ -15,7 +15,7 @@ export function nextStep(step: string, state?: State | null, delay?: Seconds): O
 export function retry(error?: Json, backoff?: Seconds): Outcome;
 export function waitSignal(names: Iterable<string>,
   options?: { timeout?: Seconds; thenStep?: string; state?: State }): Outcome;
-export function spawn(children: Iterable<InsertOptions & { fsm: string }>, thenStep: string, state?: State): Outcome;
+export function spawn(children: Iterable<InsertEntry & { fsm: string }>, thenStep: string, state?: State): Outcome;
 export function done(result?: Json): Outcome;
 export function stop(error?: Json): Outcome;
 
@@ -34,6 +34,8 @@ export interface InsertOptions {
   onDuplicate?: 'error' | 'existing' | 'skip';
   traceContext?: string;
 }
+/** An entry of insertAll, or a child of spawn: insert's options but onDuplicate. */
+export type InsertEntry = Omit<InsertOptions, 'onDuplicate'>;
 
 export type Status = 'runnable' | 'executing' | 'awaiting_signal' | 'awaiting_children' | 'done' | 'failed'
   | 'cancelled';
@@ -61,7 +63,7 @@ export class Client {
   readonly client: PgClient | Pool;
   end(): Promise<void>;
   insert(fsm: string, state?: State, options?: Omit<InsertOptions, 'state'>): Promise<number | null>;
-  insertAll(fsm: string, entries: Iterable<InsertOptions>): Promise<number[]>;
+  insertAll(fsm: string, entries: Iterable<InsertEntry>): Promise<number[]>;
   signal(target: number | string, name: string, payload?: Json,
     options?: { dedupKey?: string | null; missingOk?: boolean }): Promise<boolean | null>;
   wait(id: number, options?: { timeout?: Seconds; until?: 'settled' | 'terminal' }): Promise<Settled>;

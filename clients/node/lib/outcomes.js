@@ -21,6 +21,25 @@ function outcome(kind, args) {
 
 const isOutcome = (value) => value != null && value[OUTCOME] === true;
 
+/* An entry's options (InsertOptions, camelCase) by their names in the engine's JSON entries. */
+const ENTRY_OPTIONS = {
+  fsm: 'fsm', state: 'state', step: 'step', queue: 'queue', priority: 'priority', concurrencyKey: 'concurrency_key',
+  correlationKey: 'correlation_key', correlationScope: 'correlation_scope', rateLimit: 'rate_limit', weight: 'weight',
+  eligibleAt: 'eligible_at', scheduleIn: 'schedule_in', traceContext: 'trace_context',
+};
+
+/** An insert option object (as insert's, less onDuplicate) as gd_insert_all's entries and gd_spawn's children take it. */
+function insertEntry(options) {
+  const entry = {};
+  for (const [name, value] of Object.entries(options)) {
+    const key = ENTRY_OPTIONS[name];
+    if (key === undefined) throw new TypeError(`unknown insert entry option: ${name}`);
+    if (value === undefined || value === null) continue;
+    entry[key] = name === 'scheduleIn' ? interval(value) : value;
+  }
+  return entry;
+}
+
 /** Go on at `step` (with a new state, else the same), now or after `delay` seconds. */
 const nextStep = (step, state, delay) => outcome('next', { step, state, delay: interval(delay) });
 /** A failed attempt: the step runs again after `backoff` seconds (default: the step's), or the instance fails. */
@@ -29,10 +48,11 @@ const retry = (error = {}, backoff) => outcome('retry', { error, backoff: interv
 const waitSignal = (names, { timeout, thenStep, state } = {}) =>
   outcome('wait_signal', { names: [...names], timeout: interval(timeout), then_step: thenStep, state });
 /** Start child instances (insert option objects) and go on at `thenStep` once all have ended. */
-const spawn = (children, thenStep, state) => outcome('spawn', { children: [...children], then_step: thenStep, state });
+const spawn = (children, thenStep, state) =>
+  outcome('spawn', { children: [...children].map(insertEntry), then_step: thenStep, state });
 /** End the instance with `result`. */
 const done = (result = {}) => outcome('done', { result });
 /** Fail the instance now, without a retry. */
 const stop = (error = {}) => outcome('stop', { error });
 
-module.exports = { nextStep, retry, waitSignal, spawn, done, stop, isOutcome, interval };
+module.exports = { nextStep, retry, waitSignal, spawn, done, stop, isOutcome, interval, insertEntry };

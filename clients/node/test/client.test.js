@@ -69,6 +69,15 @@ test('insertAll', async (t) => {
   const ids = await client.insertAll(fsm, [0, 1, 2, 3, 4].map((n) => ({ state: { n } })));
   assert.equal(ids.length, 5);
   assert.equal(await client.drain(s.queue), 10);
+  // insert's options by their names here too
+  const key = s.name('entry');
+  const [keyed, later] = await client.insertAll(fsm, [{ state: { n: 5 }, correlationKey: key, priority: -1 },
+    { state: { n: 6 }, scheduleIn: 3600 }]);
+  const { rows } = await s.db.query('SELECT correlation_key, priority FROM gd.instances WHERE id = $1', [keyed]);
+  assert.deepEqual(rows[0], { correlation_key: key, priority: -1 });
+  assert.equal(await client.drain(s.queue), 2);
+  assert.equal((await s.status(later)).status, 'runnable');
+  await assert.rejects(client.insertAll(fsm, [{ onDuplicate: 'skip' }]), TypeError);
 });
 
 test('signal: dedup and missingOk', async (t) => {
