@@ -86,6 +86,7 @@ struct WorkerSlot {
     pg_atomic_uint64 current_instance; /* 0 when none */
     pg_atomic_uint64 since;         /* TimestampTz of the current activity */
     pg_atomic_uint64 cancel_step;   /* gd_cancel of the instance whose step this executor runs: stop it */
+    pg_atomic_uint64 cancel_requested_at; /* TimestampTz of that gd_cancel */
     pg_atomic_uint32 served;        /* the worker committed a round since the launcher started it */
     pg_atomic_uint32 woken;         /* set with the latch by gd_wake_process: work may wait */
     /* An executor's figures for gd.queue_stats (labelled_stats.cpp). */
@@ -100,6 +101,7 @@ struct BackendWaitSlot {
     pg_atomic_uint64 instance_id;   /* gd_await: the instance awaited; 0 when not waiting */
     pg_atomic_uint32 claim_waiting; /* gd_claim: 1 while it waits for work of claim_queue */
     pg_atomic_uint32 woken;         /* set with the latch by gd_wake_process: what it waits for happened */
+    pg_atomic_uint64 cancelling;    /* gd_cancel: the instance whose running step it stops, until its transaction ends */
     char claim_queue[NAMEDATALEN];
     Oid database_oid;
     PGPROC *proc;
@@ -113,6 +115,7 @@ struct GdShared {
     WorkerSlot workers[GD_MAX_WORKERS];
     pg_atomic_uint32 awaiting_backends;
     pg_atomic_uint32 claiming_backends; /* waiting in gd_claim */
+    pg_atomic_uint32 cancelling_backends; /* in a gd_cancel that stopped a running step */
     pg_atomic_uint32 work_listeners;    /* sessions that ran LISTEN gd_work (and not UNLISTEN) */
     pg_atomic_uint32 worker_deaths; /* bumped by the launcher when a worker it planned stopped */
     GdStats stats;

@@ -58,6 +58,7 @@ void startup_shmem()
             pg_atomic_init_u64(&slot.current_instance, 0);
             pg_atomic_init_u64(&slot.since, 0);
             pg_atomic_init_u64(&slot.cancel_step, 0);
+            pg_atomic_init_u64(&slot.cancel_requested_at, 0);
             pg_atomic_init_u32(&slot.served, 0);
             pg_atomic_init_u32(&slot.woken, 0);
             pg_atomic_init_u64(&slot.busy_share, 0);
@@ -67,6 +68,7 @@ void startup_shmem()
         }
         pg_atomic_init_u32(&gd_shared->awaiting_backends, 0);
         pg_atomic_init_u32(&gd_shared->claiming_backends, 0);
+        pg_atomic_init_u32(&gd_shared->cancelling_backends, 0);
         pg_atomic_init_u32(&gd_shared->work_listeners, 0);
         pg_atomic_init_u32(&gd_shared->worker_deaths, 0);
         pg_atomic_init_u32(&gd_shared->restart_now, 0);
@@ -77,6 +79,7 @@ void startup_shmem()
             pg_atomic_init_u64(&gd_shared->wait_slots[i].instance_id, 0);
             pg_atomic_init_u32(&gd_shared->wait_slots[i].claim_waiting, 0);
             pg_atomic_init_u32(&gd_shared->wait_slots[i].woken, 0);
+            pg_atomic_init_u64(&gd_shared->wait_slots[i].cancelling, 0);
         }
     }
     void *labelled = ShmemInitStruct("gen_durable labelled stats", gd_labelled_stats_size(), &found);

@@ -65,6 +65,8 @@ struct Round {
     Transition *transitions;
     int to_run_count;
     TransitionBatch written;   /* the plain transitions, written together at the end */
+    int64 *cancelling;         /* instances a gd_cancel is stopping now: left be */
+    int cancelling_count;
 };
 static_assert(std::is_trivially_destructible_v<Round>, "a Round lives in palloc'd memory");
 
@@ -77,6 +79,77 @@ T *round_array(int count)
     return static_cast<T *>(palloc(sizeof(T) * Max(count, 1)));
 }
 
+/* How long after a gd_cancel asked an executor to stop a step a cancel it meets is taken for that one's. */
+constexpr int64 CANCEL_REQUEST_US = 10 * USECS_PER_SEC;
+
+/*
+ * Was a step of this round stopped by a gd_cancel (gd._interrupt_step)?  Its
+ * own instance's, which gd_cancel ends; or, the cancel arriving late, after
+ * that step ended, another's, which runs again in a later round, no attempt
+ * counted (not the whole round rolled back).
+ */
+bool stopped_by_gd_cancel(WorkerSlot *slot)
+{
+    if (slot == nullptr || pg_atomic_read_u64(&slot->cancel_step) == 0)
+        return false;
+    TimestampTz asked = static_cast<TimestampTz>(pg_atomic_read_u64(&slot->cancel_requested_at));
+    return GetCurrentTimestamp() - asked < CANCEL_REQUEST_US;
+}
+
+/*
+ * The instances of this database whose running step a gd_cancel stopped, in
+ * a transaction still open, into `out` (room for MaxBackends); how many.  A
+ * round leaves them be (postponed a moment): an executor picking one again
+ * the instant its step was stopped, or its executor ended, would win its row
+ * from the canceller every time.
+ */
+int cancels_under_way(int64 *out)
+{
+    int count = 0;
+    for (int i = 0; i < MaxBackends; i++) {
+        BackendWaitSlot &backend = gd_shared->wait_slots[i];
+        uint64 instance = pg_atomic_read_u64(&backend.cancelling);
+        pg_read_barrier();
+        if (instance != 0 && backend.database_oid == MyDatabaseId)
+            out[count++] = static_cast<int64>(instance);
+    }
+    return count;
+}
+
+/* The gd_cancel of this backend is done with, at its transaction's end. */
+void forget_cancel_at_transaction_end(XactEvent event, void *)
+{
+    if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT && event != XACT_EVENT_PARALLEL_COMMIT &&
+        event != XACT_EVENT_PARALLEL_ABORT && event != XACT_EVENT_PREPARE)
+        return;
+    BackendWaitSlot *me = gd_my_wait_slot();
+    if (me != nullptr && pg_atomic_exchange_u64(&me->cancelling, 0) != 0)
+        pg_atomic_fetch_sub_u32(&gd_shared->cancelling_backends, 1);
+}
+
+/* In the canceller's backend: executors leave `instance` be until this transaction ends. */
+void publish_cancel(int64 instance)
+{
+    static bool callback_registered = false;
+    BackendWaitSlot *me = gd_my_wait_slot();
+    if (me == nullptr)
+        return;
+    if (!callback_registered) {
+        RegisterXactCallback(forget_cancel_at_transaction_end, nullptr);
+        callback_registered = true;
+    }
+    me->database_oid = MyDatabaseId;
+    pg_write_barrier();
+    if (pg_atomic_exchange_u64(&me->cancelling, static_cast<uint64>(instance)) == 0)
+        pg_atomic_fetch_add_u32(&gd_shared->cancelling_backends, 1);
+}
+
+/* Leave a row its canceller is about to take for a second. */
+void hold_for_canceller(int64 instance)
+{
+    gd_postpone(instance, GetCurrentTimestamp() + USECS_PER_SEC);
+}
+
 /* What the first pass decided for a picked row. */
 enum class Disposition { handled, throttled, to_run };
 
@@ -87,8 +160,13 @@ enum class Disposition { handled, throttled, to_run };
  * their rate limits admit them: admit_and_hand_over), with their definition
  * copied into `def` (the cache may be emptied while handlers run).
  */
-Disposition prepare_step(const PickedInstance &row, StepDefinition &def)
+Disposition prepare_step(const Round &round, const PickedInstance &row, StepDefinition &def)
 {
+    for (int c = 0; c < round.cancelling_count; c++)
+        if (round.cancelling[c] == row.id) {
+            hold_for_canceller(row.id);
+            return Disposition::throttled;
+        }
     std::optional<StepDefinition> found = gd_find_step(row.fsm, row.version, row.step);
     if (!found && gd_version_not_ready(row.fsm, row.version)) {
         gd_postpone(row.id, GetCurrentTimestamp() + USECS_PER_SEC); /* a restore: look again in a second */
@@ -165,16 +243,6 @@ Transition run_handler(const PickedInstance &row, const StepDefinition &def, con
     return t;
 }
 
-/*
- * Was a step of this round stopped by a gd_cancel (gd._interrupt_step)?  Its
- * own instance's, which gd_cancel ends; or, the cancel arriving late, after
- * that step ended, another's, which runs again in a later round, no attempt
- * counted (not the whole round rolled back).
- */
-bool stopped_by_gd_cancel(WorkerSlot *slot)
-{
-    return slot != nullptr && pg_atomic_read_u64(&slot->cancel_step) != 0;
-}
 
 /*
  * Run the handlers of steps [first, end) in one subtransaction, their
@@ -234,6 +302,7 @@ void write_failed_attempt(Round &round, int i, ErrorData *edata, TimestampTz sta
 {
     const PickedInstance &row = round.rows[round.to_run[i]];
     if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && stopped_by_gd_cancel(round.slot)) {
+        hold_for_canceller(row.id);
         FreeErrorData(edata);
         return;
     }
@@ -290,8 +359,6 @@ bool run_together(Round &round)
 int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const DrainScope *drain)
 {
     MemoryContext batch_context = CurrentMemoryContext;
-    if (slot != nullptr)
-        pg_atomic_write_u64(&slot->cancel_step, 0); /* a gd_cancel of an earlier round's step is done with */
     gd_prepare_handler_calls();
     int search_path_level = gd_use_handler_search_path();
     int demand = Max(limit, 1);
@@ -308,12 +375,16 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     gd_count_queue_pick(queue, demand, round.count);
     if (slot != nullptr)
         gd_note_round(slot, demand, round.count);
+    if (slot != nullptr && round.count > 0 && pg_atomic_read_u32(&gd_shared->cancelling_backends) > 0) {
+        round.cancelling = round_array<int64>(MaxBackends);
+        round.cancelling_count = cancels_under_way(round.cancelling);
+    }
     round.to_run = round_array<int>(round.count);
     round.definitions = round_array<StepDefinition>(round.count);
     round.transitions = round_array<Transition>(round.count);
     int ran = 0;
     for (int i = 0; i < round.count; i++) {
-        Disposition disposition = prepare_step(round.rows[i], round.definitions[round.to_run_count]);
+        Disposition disposition = prepare_step(round, round.rows[i], round.definitions[round.to_run_count]);
         if (disposition == Disposition::to_run)
             round.to_run[round.to_run_count++] = i;
         else if (disposition == Disposition::handled)
@@ -352,11 +423,14 @@ GD_SQL_FUNCTION(gd_interrupt_step)
     for (WorkerSlot &slot : gd_shared->workers)
         if (slot.kind == WorkerKind::executor && slot.database_oid == MyDatabaseId && slot.pid != 0 &&
             pg_atomic_read_u64(&slot.current_instance) == instance) {
+            pg_atomic_write_u64(&slot.cancel_requested_at, static_cast<uint64>(GetCurrentTimestamp()));
             pg_atomic_write_u64(&slot.cancel_step, instance);
             pid = slot.pid;
         }
     LWLockRelease(gd_shared->lock);
-    if (pid != 0)
+    if (pid != 0) {
+        publish_cancel(static_cast<int64>(instance));
         (void) kill(pid, terminate ? SIGTERM : SIGINT);
+    }
     PG_RETURN_BOOL(pid != 0);
 }
