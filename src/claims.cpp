@@ -396,18 +396,30 @@ GD_SQL_FUNCTION(gd_claim_steps)
     return static_cast<Datum>(0);
 }
 
-/*
- * gd._extend_claim(caller oid, id bigint, lease_token bigint, extend interval)
- * → boolean: gd_heartbeat once its arguments are checked.  The lease runs
- * until now + `extend` (NULL: the length it was given), never past the
- * step's deadline (its claim + its timeout); false when the token no longer
- * owns the row, `caller` may not use it, or the deadline has passed.
- */
-GD_SQL_FUNCTION(gd_extend_claim)
+/* A claim is named by its instance's id and its lease token (arguments 0 and 1), neither NULL. */
+void check_claim_arguments(FunctionCallInfo fcinfo)
 {
+    if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+        bad_argument("a claim is named by an instance id and its lease token, got NULL");
+}
+
+/*
+ * gd_heartbeat(id bigint, lease_token bigint, extend interval) → boolean
+ * (gd._heartbeat).  The lease runs until now + `extend` (NULL: the length it
+ * was given), never past the step's deadline (its claim + its timeout);
+ * false when the token no longer owns the row, the caller may not use it,
+ * or the deadline has passed.
+ */
+GD_SQL_FUNCTION(gd_heartbeat)
+{
+    check_claim_arguments(fcinfo);
+    if (!PG_ARGISNULL(2))
+        gd_check_lease(PG_GETARG_DATUM(2), "extend");
     static SPIPlanPtr extend_plan = nullptr;
+    Datum args[4] = {ObjectIdGetDatum(gd_api_caller()), PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+                     PG_ARGISNULL(2) ? 0 : PG_GETARG_DATUM(2)};
     SPI_connect();
-    if (gd_run_kept_on_arguments(extend_plan,
+    if (gd_run_kept(extend_plan,
                     "UPDATE gd._instances i"
                     "   SET lease_expires_at = least(t.at + coalesce($4, i.lease_expires_at - i.updated_at),"
                     "                                i.claimed_at + (SELECT s.timeout FROM gd._steps s"
@@ -418,8 +430,9 @@ GD_SQL_FUNCTION(gd_extend_claim)
                     " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = " GD_STATUS(executing)
                     "   AND gd._may_use_instance($1, i.owner, i.fsm)"
                     " RETURNING i.lease_expires_at > t.at",
-                    {OIDOID, INT8OID, INT8OID, INTERVALOID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
-        elog(ERROR, "gen_durable: extending the lease of instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
+                    {OIDOID, INT8OID, INT8OID, INTERVALOID}, args, false, 0, PG_ARGISNULL(2) ? "   n" : nullptr) !=
+        SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: extending the lease of instance " INT64_FORMAT " failed", PG_GETARG_INT64(0));
     bool isnull;
     bool extended = SPI_processed > 0 &&
                     DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
@@ -428,16 +441,17 @@ GD_SQL_FUNCTION(gd_extend_claim)
 }
 
 /*
- * gd._release_claim(caller oid, id bigint, lease_token bigint) → boolean:
- * gd_release once its arguments are checked.  The step is runnable again at
- * once, in its old place, no attempt counted; false when the token no longer
- * owns the row or `caller` may not use it.
+ * gd_release(id bigint, lease_token bigint) → boolean (gd._release).  The
+ * step is runnable again at once, in its old place, no attempt counted;
+ * false when the token no longer owns the row or the caller may not use it.
  */
-GD_SQL_FUNCTION(gd_release_claim)
+GD_SQL_FUNCTION(gd_release)
 {
+    check_claim_arguments(fcinfo);
     static SPIPlanPtr release_plan = nullptr;
+    Datum args[3] = {ObjectIdGetDatum(gd_api_caller()), PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)};
     SPI_connect();
-    if (gd_run_kept_on_arguments(release_plan,
+    if (gd_run_kept(release_plan,
                     "UPDATE gd._instances i"
                     "   SET status = gd._status_after('release', 'runnable'), lease_owner = NULL, lease_token = NULL,"
                     "       lease_expires_at = NULL,"
@@ -445,8 +459,8 @@ GD_SQL_FUNCTION(gd_release_claim)
                     " WHERE i.id = $2 AND i.lease_token = $3 AND i.status = ANY (gd._statuses_before('release'))"
                     "   AND gd._may_use_instance($1, i.owner, i.fsm)"
                     " RETURNING i.queue",
-                    {OIDOID, INT8OID, INT8OID}, fcinfo, false, 0) != SPI_OK_UPDATE_RETURNING)
-        elog(ERROR, "gen_durable: releasing the claim of instance " INT64_FORMAT " failed", PG_GETARG_INT64(1));
+                    {OIDOID, INT8OID, INT8OID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+        elog(ERROR, "gen_durable: releasing the claim of instance " INT64_FORMAT " failed", PG_GETARG_INT64(0));
     bool released = SPI_processed > 0;
     if (released) {
         gd_count(StatEvent::drained);
@@ -464,8 +478,7 @@ GD_SQL_FUNCTION(gd_release_claim)
  */
 GD_SQL_FUNCTION(gd_complete)
 {
-    if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-        bad_argument("a claim is named by an instance id and its lease token, got NULL");
+    check_claim_arguments(fcinfo);
     Completion claim{PG_GETARG_INT64(0), PG_GETARG_INT64(1), nullptr, false};
     if (PG_ARGISNULL(2))
         missing_outcome(claim.id);

@@ -63,18 +63,8 @@ void check_state(FunctionCallInfo fcinfo, int arg)
 /* Delays, timeouts and backoffs: NULL, or from 0 to 100 years. */
 void check_interval(FunctionCallInfo fcinfo, int arg, const char *what)
 {
-    if (PG_ARGISNULL(arg))
-        return;
-    Datum value = PG_GETARG_DATUM(arg);
-    Interval zero{}, hundred_years{};
-    hundred_years.month = 100 * MONTHS_PER_YEAR;
-    const char *text = nullptr;
-    if (DatumGetBool(DirectFunctionCall2(interval_lt, value, IntervalPGetDatum(&zero))))
-        text = "%s must not be negative, got %s";
-    else if (DatumGetBool(DirectFunctionCall2(interval_gt, value, IntervalPGetDatum(&hundred_years))))
-        text = "%s must be at most 100 years, got %s";
-    if (text != nullptr)
-        bad_argument(psprintf(text, what, DatumGetCString(DirectFunctionCall1(interval_out, value))));
+    if (!PG_ARGISNULL(arg))
+        gd_check_interval(PG_GETARG_DATUM(arg), what);
 }
 
 bool empty_text_argument(FunctionCallInfo fcinfo, int arg)
@@ -120,6 +110,42 @@ private:
 };
 
 } // namespace
+
+void gd_check_interval(Datum value, const char *what)
+{
+    Interval zero{}, hundred_years{};
+    hundred_years.month = 100 * MONTHS_PER_YEAR;
+    const char *text = nullptr;
+    if (DatumGetBool(DirectFunctionCall2(interval_lt, value, IntervalPGetDatum(&zero))))
+        text = "%s must not be negative, got %s";
+    else if (DatumGetBool(DirectFunctionCall2(interval_gt, value, IntervalPGetDatum(&hundred_years))))
+        text = "%s must be at most 100 years, got %s";
+    if (text != nullptr)
+        bad_argument(psprintf(text, what, DatumGetCString(DirectFunctionCall1(interval_out, value))));
+}
+
+void gd_check_lease(Datum value, const char *what)
+{
+    Interval zero{};
+    if (DatumGetBool(DirectFunctionCall2(interval_le, value, IntervalPGetDatum(&zero))))
+        bad_argument(psprintf("%s must be a positive interval, got %s", what,
+                              DatumGetCString(DirectFunctionCall1(interval_out, value))));
+    gd_check_interval(value, what);
+}
+
+/* gd._check_interval(value interval, what text) → interval: gd_check_interval, for the SQL API. */
+GD_SQL_FUNCTION(gd_check_interval_sql)
+{
+    gd_check_interval(PG_GETARG_DATUM(0), text_to_cstring(PG_GETARG_TEXT_PP(1)));
+    PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+}
+
+/* gd._check_lease(value interval, what text) → interval: gd_check_lease, for the SQL API. */
+GD_SQL_FUNCTION(gd_check_lease_sql)
+{
+    gd_check_lease(PG_GETARG_DATUM(0), text_to_cstring(PG_GETARG_TEXT_PP(1)));
+    PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+}
 
 /* Signal names: a one-dimensional array of non-empty, non-NULL names. */
 bool gd_signal_names_ok(ArrayType *names)

@@ -11,6 +11,10 @@ extern "C" {
 #include "utils/array.h"
 }
 
+/* Argument checks the API shares (22023, naming `what`): a delay, timeout or backoff from 0 to
+ * 100 years; a lease, positive and at most 100 years. */
+void gd_check_interval(Datum value, const char *what);
+void gd_check_lease(Datum value, const char *what);
 /* Signal names of a wait: a one-dimensional, non-empty array of non-empty names. */
 bool gd_signal_names_ok(ArrayType *names);
 /*

@@ -222,16 +222,7 @@ END $$;
 -- Delays, timeouts and leases: not negative, and at most 100 years (longer
 -- would overflow timestamps; it means "never" anyway).
 CREATE OR REPLACE FUNCTION gd._check_interval(value interval, what text) RETURNS interval
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF value < interval '0' THEN
-        PERFORM gd._bad_argument(format('%s must not be negative, got %s', what, value));
-    END IF;
-    IF value > interval '100 years' THEN
-        PERFORM gd._bad_argument(format('%s must be at most 100 years, got %s', what, value));
-    END IF;
-    RETURN value;
-END $$;
+    LANGUAGE c IMMUTABLE STRICT AS 'MODULE_PATHNAME', 'gd_check_interval_sql';
 
 -- Names, keys and labels: short enough to index (and to quote in a message).
 CREATE OR REPLACE FUNCTION gd._check_length(value text, what text, max_bytes int DEFAULT 1000) RETURNS text

@@ -74,22 +74,9 @@ CREATE OR REPLACE TRIGGER external_queue_resumed AFTER UPDATE ON gd._queues
 CREATE OR REPLACE FUNCTION gd._default_lease() RETURNS interval LANGUAGE sql STABLE
     AS $$ SELECT coalesce(current_setting('gen_durable.lease', true), '30s')::interval $$;
 
+-- A lease or its extension: positive, at most 100 years (src/outcomes.cpp, as gd_heartbeat checks it).
 CREATE OR REPLACE FUNCTION gd._check_lease(value interval, what text) RETURNS interval
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF value <= interval '0' THEN
-        PERFORM gd._bad_argument(format('%s must be a positive interval, got %s', what, value));
-    END IF;
-    RETURN gd._check_interval(value, what);
-END $$;
-
-CREATE OR REPLACE FUNCTION gd._check_claim(id bigint, lease_token bigint) RETURNS void
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    IF id IS NULL OR lease_token IS NULL THEN
-        PERFORM gd._bad_argument('a claim is named by an instance id and its lease token, got NULL');
-    END IF;
-END $$;
+    LANGUAGE c IMMUTABLE STRICT AS 'MODULE_PATHNAME', 'gd_check_lease_sql';
 
 -- Claim up to `max` runnable external steps of a queue, best first (priority,
 -- then eligibility, then id), skipping rows other claimers hold.  They are
@@ -199,15 +186,7 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_heartbeat(id bigint, lease_token bigin
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._heartbeat(id bigint, lease_token bigint, extend interval)
-RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM gd._check_claim(id, lease_token);
-    PERFORM gd._check_lease(extend, 'extend');
-    RETURN gd._extend_claim(gd._caller(), id, lease_token, extend);
-END $$;
-
-CREATE OR REPLACE FUNCTION gd._extend_claim(caller oid, id bigint, lease_token bigint, extend interval)
-RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_extend_claim';
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_heartbeat';
 
 -- Hand a claimed step back unrun (a worker shutting down): runnable again at
 -- once, in its old place, no attempt counted.  False when the token no
@@ -216,14 +195,7 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_release(id bigint, lease_token bigint)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._release(id bigint, lease_token bigint)
-RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM gd._check_claim(id, lease_token);
-    RETURN gd._release_claim(gd._caller(), id, lease_token);
-END $$;
-
-CREATE OR REPLACE FUNCTION gd._release_claim(caller oid, id bigint, lease_token bigint)
-RETURNS boolean LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_release_claim';
+RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_release';
 
 -- Apply a claimed step's outcome, exactly as if an in-database handler had
 -- returned it; false (outcome dropped) when the token no longer owns the row
