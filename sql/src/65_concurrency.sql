@@ -34,8 +34,12 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- How many instances hold the key and are running: of key_owner, or of every owner when shared.
+-- Planned for instances_key_running whatever the statistics say (as the
+-- engine's kept plans are, src/kept_plans.cpp): an insert's session plans
+-- it once, perhaps while the table looks empty, and keeps the plan while a
+-- bulk insert fills the table.
 CREATE OR REPLACE FUNCTION gd._key_running(key_owner oid, key text, shared boolean) RETURNS int
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET enable_seqscan = off AS $$
 BEGIN
     IF shared THEN
         RETURN (SELECT count(*) FROM gd._instances i

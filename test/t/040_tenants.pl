@@ -437,12 +437,13 @@ is(superuser(q{
 	SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c, aclexplode(c.relacl) a
 	 WHERE c.relnamespace = 'gd'::regnamespace AND a.grantee = 0}),
 	'concurrency_limits, fsms, grants, instances, limit_stats, queue_stats, queues, rate_limits, schedules, signals, stats, '
-	  . 'step_history, step_stats, steps, workers',
+	  . 'status_changes, step_history, step_stats, steps, workers',
 	'PUBLIC reads the documented views');
 is(superuser(q{
 	SELECT string_agg(p.proname, ', ' ORDER BY p.proname) FROM pg_proc p
 	 WHERE p.pronamespace = 'gd'::regnamespace AND has_function_privilege('public', p.oid, 'EXECUTE')}),
-	'configured_queues, read_instances, read_limit_stats, read_queue_counters, read_stats, read_step_stats, read_workers',
+	'configured_queues, read_instances, read_limit_stats, read_queue_counters, read_stats, read_status_changes, '
+	  . 'read_step_stats, read_workers',
 	'PUBLIC executes no internal function of gd');
 is(superuser(q{
 	SELECT string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) FROM pg_proc p

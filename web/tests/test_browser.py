@@ -11,7 +11,7 @@ import unittest
 
 import uvicorn
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -22,6 +22,16 @@ from gd_web.app import default_hosts
 from support import DashboardTest, dsn_as, free_port
 
 SCREENSHOTS = os.environ.get("GD_WEB_SCREENSHOTS", "")
+
+
+def gone(element):
+    """Has the page holding `element` been left?  Chromium may say so with another error than
+    selenium's stale element (its node no longer belongs to the document)."""
+    try:
+        element.is_enabled()
+        return False
+    except WebDriverException:
+        return True
 
 
 class Served:
@@ -94,7 +104,7 @@ class InABrowser(DashboardTest):
         key.send_keys(f"browser-{self.tag}-")
         unfiltered = self.browser.find_element(By.ID, "instances")
         self.browser.find_element(By.CSS_SELECTOR, "#filter button[type=submit]").click()
-        self.wait.until(expected_conditions.staleness_of(unfiltered))  # (its two rows are these two too)
+        self.wait.until(lambda b: gone(unfiltered))  # (its two rows are these two too)
         self.wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#instances tr[data-id]")) == 2)
         self.shot("instances")
 
