@@ -9,9 +9,9 @@
  * repair).  The key arithmetic is SQL's (sql/src/65_concurrency.sql).
  */
 #include "concurrency_keys.hpp"
-#include "instance_status.hpp"
 #include "gen_durable.hpp"
 #include "guard.hpp"
+#include "instance_status.hpp"
 #include "kept_plans.hpp"
 #include "labelled_stats.hpp"
 

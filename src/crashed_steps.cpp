@@ -33,9 +33,9 @@
 #include "gen_durable.hpp"
 #include "kept_plans.hpp"
 #include "picker.hpp"
+#include "stats.hpp"
 #include "step_definitions.hpp"
 #include "transition.hpp"
-#include "stats.hpp"
 
 extern "C" {
 #include "access/xact.h"

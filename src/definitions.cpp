@@ -6,9 +6,9 @@
  * cache.
  */
 #include "gen_durable.hpp"
+#include "guard.hpp"
 #include "kept_plans.hpp"
 #include "step_definitions.hpp"
-#include "guard.hpp"
 
 extern "C" {
 #include "catalog/namespace.h"

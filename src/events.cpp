@@ -17,12 +17,12 @@
  */
 #include "events.hpp"
 #include "gen_durable.hpp"
+#include "guard.hpp"
 #include "instance_status.hpp"
 #include "kept_plans.hpp"
-#include "transition.hpp"
-#include "guard.hpp"
 #include "pg_compat.hpp"
 #include "stats.hpp"
+#include "transition.hpp"
 
 extern "C" {
 #include "access/xact.h"

@@ -34,11 +34,11 @@
  * the step (id, fsm, version, step, attempt, correlation key, what ended its
  * wait, queue).
  */
-#include "gen_durable.hpp"
 #include "handler_call.hpp"
+#include "gen_durable.hpp"
+#include "pg_compat.hpp"
 #include "picker.hpp"
 #include "step_definitions.hpp"
-#include "pg_compat.hpp"
 
 extern "C" {
 #include "utils/jsonb.h"

@@ -24,8 +24,8 @@
  * pg_catalog, pg_temp: the engine runs as a superuser, so no name in its
  * statements may resolve to an object a user made.
  */
-#include "gen_durable.hpp"
 #include "kept_plans.hpp"
+#include "gen_durable.hpp"
 
 extern "C" {
 #include "utils/lsyscache.h"

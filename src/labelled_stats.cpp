@@ -13,8 +13,8 @@
  * tables' layout is labelled_stats_tables.hpp's; their readers are
  * labelled_stats_views.cpp's.
  */
-#include "labelled_stats_tables.hpp"
 #include "guard.hpp"
+#include "labelled_stats_tables.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"

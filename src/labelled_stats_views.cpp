@@ -6,8 +6,8 @@
  * gd_stats_reset(), which empties them and gd.stats.  Rows are copied out
  * under a table's lock; database names are looked up after it is released.
  */
-#include "labelled_stats_tables.hpp"
 #include "guard.hpp"
+#include "labelled_stats_tables.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"

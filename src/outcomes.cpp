@@ -6,14 +6,11 @@
  * are SQL.)  They read no table and run as their caller.  What the engine
  * makes of an outcome is transition.cpp's.
  */
-#include "instance_status.hpp"
-#include "step_definitions.hpp"
-#include "picker.hpp"
-#include "transition.hpp"
 #include "outcomes.hpp"
 #include "error_documents.hpp"
 #include "gen_durable.hpp"
 #include "guard.hpp"
+#include "transition.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"

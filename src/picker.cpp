@@ -13,11 +13,11 @@
  * is shorter).  Both use the one pick index: a second index on eligibility
  * lured the planner into sorting the whole backlog for every pick.
  */
-#include "instance_status.hpp"
-#include "gen_durable.hpp"
-#include "kept_plans.hpp"
 #include "picker.hpp"
 #include "frontier.hpp"
+#include "gen_durable.hpp"
+#include "instance_status.hpp"
+#include "kept_plans.hpp"
 
 extern "C" {
 #include "common/hashfn.h"

@@ -8,13 +8,13 @@
  * reports a rate limit that was dropped under waiting instances, once per
  * worker and name, rather than stalling them silently.
  */
+#include "rate_limits.hpp"
 #include "gen_durable.hpp"
 #include "kept_plans.hpp"
+#include "labelled_stats.hpp"
 #include "picker.hpp"
-#include "rate_limits.hpp"
 #include "step_definitions.hpp"
 #include "transition.hpp"
-#include "labelled_stats.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"

@@ -9,12 +9,12 @@
  * gd_drain does the same for a tenant's instances, by its session's clock.
  * The instances' transitions are written by transition.cpp.
  */
-#include "instance_status.hpp"
 #include "gen_durable.hpp"
+#include "guard.hpp"
+#include "instance_status.hpp"
 #include "kept_plans.hpp"
 #include "resume.hpp"
 #include "rounds.hpp"
-#include "guard.hpp"
 #include "stats.hpp"
 
 extern "C" {

@@ -4,10 +4,10 @@
  * the rounds of gd_drain (a tenant's own test suite).
  */
 #include "gen_durable.hpp"
+#include "guard.hpp"
 #include "handler_call.hpp"
 #include "picker.hpp"
 #include "step_runner.hpp"
-#include "guard.hpp"
 
 extern "C" {
 #include "executor/spi.h"

@@ -8,11 +8,11 @@
  * written together (transition.cpp) are inserted together, in one
  * statement.
  */
+#include "step_records.hpp"
 #include "gen_durable.hpp"
 #include "kept_plans.hpp"
-#include "step_records.hpp"
-#include "transition.hpp"
 #include "labelled_stats.hpp"
+#include "transition.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"

@@ -12,20 +12,20 @@
  * new state commit together.  gd_cancel stops a step running here through
  * gd._interrupt_step.
  */
+#include "step_runner.hpp"
 #include "concurrency_keys.hpp"
 #include "crashed_steps.hpp"
 #include "error_documents.hpp"
 #include "gen_durable.hpp"
+#include "guard.hpp"
 #include "handler_call.hpp"
 #include "instance_status.hpp"
+#include "labelled_stats.hpp"
 #include "outcomes.hpp"
 #include "picker.hpp"
 #include "rate_limits.hpp"
 #include "step_definitions.hpp"
-#include "step_runner.hpp"
 #include "transition.hpp"
-#include "guard.hpp"
-#include "labelled_stats.hpp"
 
 extern "C" {
 #include "utils/resowner.h"

@@ -10,9 +10,6 @@
  * written, and the statuses they may be written over, are the status
  * table's (instance_status.cpp); outcomes are decoded by outcomes.cpp.
  */
-#include "instance_status.hpp"
-#include "step_definitions.hpp"
-#include "picker.hpp"
 #include "transition.hpp"
 #include "concurrency_keys.hpp"
 #include "error_documents.hpp"

@@ -19,10 +19,10 @@
  */
 #include "crashed_steps.hpp"
 #include "gen_durable.hpp"
-#include "rounds.hpp"
 #include "guard.hpp"
-#include "pg_compat.hpp"
 #include "labelled_stats.hpp"
+#include "pg_compat.hpp"
+#include "rounds.hpp"
 
 extern "C" {
 #include "executor/spi.h"
