@@ -67,7 +67,10 @@ $$;
 -- Signatures an earlier router.sql made that the ones below replace: left
 -- beside them, they would make a call that leaves out the new arguments
 -- ambiguous.  (gd_define_step and its PL/Proxy function before
--- backoff_jitter.)
+-- backoff_jitter.)  And results an earlier one returned that have grown: a
+-- function's result cannot change in place (queue_stats_all before held,
+-- with the view over it, made again below).
+DROP FUNCTION IF EXISTS gd_router.queue_stats_all() CASCADE;
 DROP FUNCTION IF EXISTS gd_router.define_step_all(text, text, text, int, interval, interval, interval, int, text, text);
 SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_step(text, text, text, int, interval, interval, interval, '
                          'int, text, text)', :'api_schema') \gexec
@@ -141,9 +144,10 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
     -- What the views below gather.
     ($$queue_stats_all(OUT partition text, OUT queue text, OUT runnable bigint, OUT scheduled bigint,
                        OUT executing bigint, OUT awaiting_signal bigint, OUT awaiting_children bigint, OUT done bigint,
-                       OUT failed bigint, OUT cancelled bigint, OUT paused boolean)$$, 'SETOF record', 'ALL',
+                       OUT failed bigint, OUT cancelled bigint, OUT paused boolean, OUT held bigint)$$, 'SETOF record',
+     'ALL',
      $$SELECT pg_catalog.current_database()::pg_catalog.text AS partition, queue, runnable, scheduled, executing,
-              awaiting_signal, awaiting_children, done, failed, cancelled, paused FROM gd.queue_stats$$),
+              awaiting_signal, awaiting_children, done, failed, cancelled, paused, held FROM gd.queue_stats$$),
     ($$schedules_all(OUT partition text, OUT name text, OUT cron text, OUT fsm text, OUT enabled boolean,
                      OUT next_run_at timestamptz, OUT runs bigint)$$, 'SETOF record', 'ALL',
      $$SELECT pg_catalog.current_database()::pg_catalog.text AS partition, name, cron, fsm, enabled, next_run_at,
@@ -279,7 +283,7 @@ SELECT pg_catalog.format($function$
 CREATE OR REPLACE VIEW gd_router.queue_stats AS
 SELECT queue, sum(runnable) AS runnable, sum(scheduled) AS scheduled, sum(executing) AS executing,
        sum(awaiting_signal) AS awaiting_signal, sum(awaiting_children) AS awaiting_children, sum(done) AS done,
-       sum(failed) AS failed, sum(cancelled) AS cancelled, bool_or(paused) AS paused_somewhere
+       sum(failed) AS failed, sum(cancelled) AS cancelled, bool_or(paused) AS paused_somewhere, sum(held) AS held
   FROM gd_router.queue_stats_all() GROUP BY queue;
 CREATE OR REPLACE VIEW gd_router.schedules AS SELECT * FROM gd_router.schedules_all();
 

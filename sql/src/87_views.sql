@@ -98,8 +98,10 @@ CREATE OR REPLACE VIEW gd.limit_stats AS SELECT * FROM gd.read_limit_stats();
 
 -- Per queue (known or configured): the reader's instances per status, or
 -- every instance's for members of pg_monitor (totals, never a row of
--- them), the runnable ones split into eligible now and scheduled later, the
--- age of the oldest eligible one, and pause state; then, since the last
+-- them), the runnable ones split into eligible now, scheduled later (a rate
+-- limit's turn too) and held (eligible, but waiting for room under a
+-- concurrency key: no executor can take them), the age of the oldest
+-- eligible one not held, and pause state; then, since the last
 -- reset, its executors now (how many, steps in flight, their pick size, their
 -- busy share over the last seconds) and its counters (picks by executors and
 -- gd_claim, rows asked and picked, claims drained, leases reclaimed, stale
@@ -125,14 +127,16 @@ SELECT q.name AS queue,
        coalesce(c.rows_picked, 0) AS rows_picked,
        coalesce(c.drained, 0) AS drained,
        coalesce(c.reclaimed, 0) AS reclaimed,
-       coalesce(c.stale_outcomes, 0) AS stale_outcomes
+       coalesce(c.stale_outcomes, 0) AS stale_outcomes,
+       coalesce(s.held, 0) AS held
   FROM (SELECT k.name, k.paused FROM gd._queues k
         UNION ALL
         SELECT c.name, false FROM unnest(gd.configured_queues()) c(name)
          WHERE NOT EXISTS (SELECT FROM gd._queues k WHERE k.name = c.name)) q
   LEFT JOIN (
       SELECT i.queue,
-             count(*) FILTER (WHERE i.status = 'runnable' AND i.eligible_at <= now()) AS runnable,
+             count(*) FILTER (WHERE i.status = 'runnable' AND i.eligible_at <= now() AND NOT i.gated) AS runnable,
+             count(*) FILTER (WHERE i.status = 'runnable' AND i.eligible_at <= now() AND i.gated) AS held,
              count(*) FILTER (WHERE i.status = 'runnable' AND i.eligible_at > now()) AS scheduled,
              count(*) FILTER (WHERE i.status = 'executing') AS executing,
              count(*) FILTER (WHERE i.status = 'awaiting_signal') AS awaiting_signal,
@@ -140,8 +144,8 @@ SELECT q.name AS queue,
              count(*) FILTER (WHERE i.status = 'done') AS done,
              count(*) FILTER (WHERE i.status = 'failed') AS failed,
              count(*) FILTER (WHERE i.status = 'cancelled') AS cancelled,
-             now() - min(i.eligible_at) FILTER (WHERE i.status = 'runnable' AND i.eligible_at <= now())
-                 AS oldest_runnable_age
+             now() - min(i.eligible_at) FILTER (WHERE i.status = 'runnable' AND i.eligible_at <= now()
+                                                    AND NOT i.gated) AS oldest_runnable_age
         FROM gd._instances i
        WHERE (SELECT pg_has_role('pg_monitor', 'USAGE')) OR pg_has_role(i.owner, 'MEMBER')
           OR i.fsm IN (SELECT g.fsm FROM gd._grants g WHERE pg_has_role(g.role, 'MEMBER'))

@@ -25,6 +25,17 @@ SELECT count(gd_insert('keyed', jsonb_build_object('n', n), concurrency_key => k
   FROM (VALUES (1, 'acct:1'), (2, 'acct:1'), (3, 'acct:1'), (4, 'acct:2')) v(n, key);
 SELECT correlation_key, concurrency_key, gated FROM gd.instances WHERE fsm = 'keyed' ORDER BY id;
 SELECT count FROM gd.stats WHERE event = 'concurrency_throttled';
+-- gd.queue_stats counts the waiting ones as held, not runnable: no executor
+-- can take them.  On a queue whose only admitted instance is scheduled for
+-- later, nothing is runnable and no runnable work is aging.
+SELECT runnable, held FROM gd.queue_stats WHERE queue = 'flow';
+SELECT gd_define_fsm('held_only', initial => 'one', queue => 'held_only',
+                     steps => '{"one": {"handler": "t.keyed(jsonb, gd.context)"}}') AS version;
+SELECT count(gd_insert('held_only', concurrency_key => 'solo', schedule_in => s))
+  FROM unnest(ARRAY[interval '1 hour', NULL, NULL]) s;
+SELECT runnable, scheduled, held, oldest_runnable_age FROM gd.queue_stats WHERE queue = 'held_only';
+DELETE FROM gd._instances WHERE fsm = 'held_only';
+DELETE FROM gd._fsms WHERE name = 'held_only';
 
 -- Each round runs only the admitted: keyed-1 holds acct:1 through both its steps.
 SELECT gd._execute('flow', 100) AS round_1;

@@ -17,6 +17,7 @@ class AsOwner(AsRole):
         page = self.client.get("/")
         self.assertEqual(page.status_code, 200)
         self.assertIn('data-queue="default"', page.text)
+        self.assertIn("<th>scheduled</th><th>held</th>", page.text, "held back by a concurrency key, apart from runnable")
         self.assertRegex(page.text, r'<td>web_order</td><td>pack</td><td>await</td><td>\d+</td>')
         self.assertIn("<td>launcher</td>", page.text)
 
