@@ -89,6 +89,17 @@ bool overran(const ClaimedRow &claimed, const StepDefinition &def)
     return claimed.claimed_at != 0 && deadline != 0 && GetCurrentTimestamp() >= deadline;
 }
 
+/* What ran was the claim: its worker, from its claim until now. */
+void ran_as_claimed(Transition &t, const ClaimedRow &claimed)
+{
+    t.ran.claimed = true;
+    t.ran.worker = claimed.lease_owner;
+    if (claimed.claimed_at != 0) {
+        t.ran.started_at = claimed.claimed_at;
+        t.ran.duration_us = GetCurrentTimestamp() - claimed.claimed_at;
+    }
+}
+
 /* The error of a step whose lease expired, at its deadline (`timed_out`) or not. */
 Datum lease_expired_json(const ClaimedRow &claimed, const StepDefinition &def, bool timed_out)
 {
@@ -116,6 +127,8 @@ void reclaim(const ClaimedRow &claimed)
     bool timed_out = overran(claimed, *def);
     Transition t = gd_retry_transition(row, *def, lease_expired_json(claimed, *def, timed_out), timed_out ? -1 : 0);
     t.ran.event = StatEvent::count_; /* counted as reaped, not as a step's outcome */
+    t.ran.lost = true;               /* but in the step history */
+    ran_as_claimed(t, claimed);
     gd_apply_transition(row.id, t, StatusWriter::lease_expiry);
     gd_count_queue(row.queue, QueueEvent::reclaimed);
 }
@@ -201,11 +214,7 @@ void complete_claim(TransitionBatch &completions, const ClaimedRow &claimed, Hea
     const PickedInstance &row = claimed.row;
     std::optional<StepDefinition> def = gd_find_step(row.fsm, row.version, row.step);
     Transition t = def ? gd_outcome_transition(row, *def, outcome, caller) : undefined_step_transition(row);
-    if (claimed.claimed_at != 0) {
-        t.ran.started_at = claimed.claimed_at;
-        t.ran.duration_us = GetCurrentTimestamp() - claimed.claimed_at;
-    }
-    t.ran.worker = claimed.lease_owner;
+    ran_as_claimed(t, claimed);
     gd_prepare_transition(row.id, t);
     gd_write_transition_batched(completions, row.id, t);
     if (t.to.status == Status::runnable && !t.to.external && !t.to.moved) { /* an in-database step is next (a moved one is woken as written) */

@@ -63,7 +63,7 @@ void add_row(HistoryBatch &batch, int64 id, const Transition &t)
     batch.ids[i] = Int64GetDatum(id);
     batch.attempts[i] = Int32GetDatum(t.ran.attempt);
     batch.steps[i] = CStringGetTextDatum(t.ran.step);
-    batch.kinds[i] = CStringGetTextDatum(gd_step_kind(t.ran.event));
+    batch.kinds[i] = CStringGetTextDatum(t.ran.lost ? "lost" : gd_step_kind(t.ran.event));
     batch.started[i] = TimestampTzGetDatum(t.ran.started_at != 0 ? t.ran.started_at : ended - t.ran.duration_us);
     batch.ended[i] = TimestampTzGetDatum(ended);
     batch.errors[i] = t.to.error;
@@ -106,8 +106,10 @@ void gd_write_history(HistoryBatch *batch)
 
 void gd_record_finished_step(int64 id, const Transition &t, HistoryBatch *batch)
 {
-    gd_count_step(t.ran.event, t.ran.duration_us);
-    gd_count_labelled_step(t.ran.fsm, t.ran.step, t.ran.event, t.ran.duration_us);
+    if (!t.ran.lost) {
+        gd_count_step(t.ran.event, t.ran.duration_us);
+        gd_count_labelled_step(t.ran.fsm, t.ran.step, t.ran.event, t.ran.duration_us);
+    }
     if (!t.ran.history)
         return;
     if (batch != nullptr && batch->count < batch->capacity) {

@@ -8,7 +8,7 @@
 #include "transition.hpp"
 
 /*
- * Count a finished step and write its history row: into `batch` when given
+ * Count a finished step (a lost attempt is not counted) and write its history row: into `batch` when given
  * (written by gd_write_history, one INSERT for a batch of transitions),
  * else at once.
  */

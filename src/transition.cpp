@@ -151,7 +151,7 @@ namespace {
 /* What follows a written transition, whichever way it was written (history rows into `history`, if given). */
 void after_transition(int64 id, const Transition &t, HistoryBatch *history = nullptr)
 {
-    if (t.ran.event != StatEvent::count_)
+    if (t.ran.event != StatEvent::count_ || t.ran.lost)
         gd_record_finished_step(id, t, history);
     if (t.to.status == Status::awaiting_signal) {
         call_follow_up(wake_if_signalled_plan, id, 0); /* signals that arrived before the wait */

@@ -47,6 +47,9 @@ struct RanStep {
     int64 duration_us;       /* how long it ran */
     bool history;            /* its FSM version keeps a step history */
     const char *worker;      /* the external worker that ran it; nullptr: this process */
+    /* The attempt was lost (its lease expired): no outcome to count, but a row
+     * of the step history, kind 'lost', with the error that ended it. */
+    bool lost;
 };
 
 /* Whom the transition concerns beyond its row. */

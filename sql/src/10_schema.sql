@@ -213,7 +213,7 @@ CREATE TABLE IF NOT EXISTS gd._step_history (
     instance_id bigint NOT NULL,
     attempt     int NOT NULL,
     step        text NOT NULL,
-    kind        text NOT NULL,        -- the outcome's telemetry kind: next, retry, await, spawn, done, stop
+    kind        text NOT NULL,        -- the outcome's telemetry kind: next, retry, await, spawn, done, stop; lost (a lease expired)
     started_at  timestamptz NOT NULL,
     ended_at    timestamptz NOT NULL,
     error       jsonb,

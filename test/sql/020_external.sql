@@ -174,6 +174,24 @@ SELECT gd_complete(:lost1_id, :lost1_token, gd_done('{"late": true}')) AS applie
 SELECT n, status, result FROM t.xw WHERE n = 'lost1';
 SELECT status, error->>'message' AS message FROM gd_await(:lost2_id, '1s');
 
+-- In an FSM version with a history, an attempt lost to an expired lease has
+-- its row (kind lost, the lease's error, the worker that held it), and the
+-- attempt that completes it its own.
+SELECT gd_define_fsm('xw_history', initial => 'fetch', queue => 'claims', history => true,
+                     steps => '{"fetch": {}}') AS version;
+SELECT gd_insert('xw_history') AS hist_id \gset
+SELECT count(*) FROM gd_claim('claims', 'vanished-worker', 1, '1 hour', fsms => ARRAY['xw_history']);
+BEGIN;
+UPDATE gd._instances SET lease_expires_at = now() - interval '1 second' WHERE id = :hist_id;
+SELECT gd._reclaim_leases(100) AS reclaimed;
+COMMIT;
+SELECT id AS hist_claimed, lease_token AS hist_token FROM gd_claim('claims', 'second-worker', 1, '1 hour',
+                                                                    fsms => ARRAY['xw_history']) \gset
+SELECT gd_complete(:hist_claimed, :hist_token, gd_done()) AS completed;
+SELECT attempt, step, kind, error->>'kind' AS error_kind, worker FROM gd_history(:hist_id);
+DELETE FROM gd._instances WHERE fsm = 'xw_history';
+DELETE FROM gd._fsms WHERE name = 'xw_history';
+
 -- gd._expire_leases is the reaper's entry: it reclaims, and returns when it
 -- next has work (the earliest lease to expire, or external work coming due).
 BEGIN;
@@ -214,7 +232,7 @@ SELECT t.try($$SELECT * FROM gd_complete_all('{{1}}', '{{1}}', ARRAY[[gd_done()]
 
 -- Counted: 6 stale outcomes dropped (b twice completed, rel after release
 -- and after cancel, lost1 after reclaim, all3 and the second all1 in the
--- batch), 2 leases reaped, 1 claim released.
+-- batch), 3 leases reaped (lost1, lost2, the history's), 1 claim released.
 SELECT s.event, s.count - b.count AS counted FROM gd.stats s JOIN t.stats_before b USING (event)
  WHERE s.event IN ('outcome_stale', 'reaped', 'drained') ORDER BY 1;
 
