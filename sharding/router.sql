@@ -71,6 +71,10 @@ $$;
 -- function's result cannot change in place (queue_stats_all before held,
 -- with the view over it, made again below).
 DROP FUNCTION IF EXISTS gd_router.queue_stats_all() CASCADE;
+-- (gd_signal and its PL/Proxy functions before expires.)
+DROP FUNCTION IF EXISTS gd_router.signal(bigint, text, jsonb, text, boolean), gd_router.signal(text, text, jsonb, text, boolean);
+SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %1$I.gd_signal(bigint, text, jsonb, text, boolean), '
+                         '%1$I.gd_signal(text, text, jsonb, text, boolean)', :'api_schema') \gexec
 DROP FUNCTION IF EXISTS gd_router.define_step_all(text, text, text, int, interval, interval, interval, int, text, text);
 SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_step(text, text, text, int, interval, interval, interval, '
                          'int, text, text)', :'api_schema') \gexec
@@ -95,10 +99,10 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
                               rate_limit, weight, eligible_at, schedule_in, on_duplicate, trace_context)$$),
     ('insert_all_on(partition int, fsm text, entries jsonb)', 'SETOF bigint', 'partition',
      'SELECT @api@.gd_insert_all(fsm, entries)'),
-    ('signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean)', 'boolean',
-     'gd_router.partition_of(target)', 'SELECT @api@.gd_signal(target, name, payload, dedup_key, missing_ok)'),
-    ('signal(target text, name text, payload jsonb, dedup_key text, missing_ok boolean)', 'boolean',
-     'pg_catalog.hashtext(target)', 'SELECT @api@.gd_signal(target, name, payload, dedup_key, missing_ok)'),
+    ('signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean, expires interval)', 'boolean',
+     'gd_router.partition_of(target)', 'SELECT @api@.gd_signal(target, name, payload, dedup_key, missing_ok, expires)'),
+    ('signal(target text, name text, payload jsonb, dedup_key text, missing_ok boolean, expires interval)', 'boolean',
+     'pg_catalog.hashtext(target)', 'SELECT @api@.gd_signal(target, name, payload, dedup_key, missing_ok, expires)'),
     ('await(id bigint, timeout interval, until text)',
      'TABLE(status text, step text, attempt int, result jsonb, error jsonb)', 'gd_router.partition_of(id)',
      'SELECT status, step, attempt, result, error FROM @api@.gd_await(id, timeout, until)'),
@@ -230,11 +234,11 @@ SELECT pg_catalog.format($function$
     ('gd_insert_all(fsm text, entries jsonb)', 'SETOF bigint',
      'RETURN QUERY SELECT gd_router.insert_all(fsm, entries)'),
     ($$gd_signal(target bigint, name text, payload jsonb DEFAULT '{}', dedup_key text DEFAULT NULL,
-                 missing_ok boolean DEFAULT false)$$, 'boolean',
-     'RETURN gd_router.signal(target, name, payload, dedup_key, missing_ok)'),
+                 missing_ok boolean DEFAULT false, expires interval DEFAULT NULL)$$, 'boolean',
+     'RETURN gd_router.signal(target, name, payload, dedup_key, missing_ok, expires)'),
     ($$gd_signal(target text, name text, payload jsonb DEFAULT '{}', dedup_key text DEFAULT NULL,
-                 missing_ok boolean DEFAULT false)$$, 'boolean',
-     'RETURN gd_router.signal(target, name, payload, dedup_key, missing_ok)'),
+                 missing_ok boolean DEFAULT false, expires interval DEFAULT NULL)$$, 'boolean',
+     'RETURN gd_router.signal(target, name, payload, dedup_key, missing_ok, expires)'),
     ($$gd_await(id bigint, timeout interval DEFAULT '5s', until text DEFAULT 'settled')$$,
      'TABLE(status text, step text, attempt int, result jsonb, error jsonb)',
      'RETURN QUERY SELECT * FROM gd_router.await(id, timeout, until)'),

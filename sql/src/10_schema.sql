@@ -201,7 +201,8 @@ CREATE TABLE IF NOT EXISTS gd._signals (
     payload      jsonb NOT NULL DEFAULT '{}',
     dedup_key    text,
     delivered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    consumed_at  timestamptz
+    consumed_at  timestamptz,
+    expires_at   timestamptz            -- not consumed from then on (NULL: never expires)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS signals_dedup ON gd._signals (instance_id, dedup_key) WHERE dedup_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS signals_pending ON gd._signals (instance_id, id) WHERE consumed_at IS NULL;

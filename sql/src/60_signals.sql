@@ -18,6 +18,7 @@ BEGIN
     WITH taken AS (
         UPDATE gd._signals s SET consumed_at = clock_timestamp()
          WHERE s.instance_id = parked.id AND s.consumed_at IS NULL AND s.name = ANY (parked.wait_names)
+           AND (s.expires_at IS NULL OR s.expires_at > clock_timestamp())
         RETURNING s.id, s.name, s.payload, s.dedup_key, s.delivered_at)
     SELECT jsonb_agg(jsonb_build_object('name', t.name, 'payload', t.payload, 'dedup_key', t.dedup_key,
                                         'delivered_at', t.delivered_at) ORDER BY t.id)
@@ -31,11 +32,15 @@ END $$;
 
 -- missing_ok: a target that is not (or no longer) a live instance returns
 -- NULL instead of raising P0002 (a webhook delivered again after the end).
+-- expires: a signal not consumed within that long is not consumed at all (a
+-- stale webhook is not taken by a later wait).
 CREATE OR REPLACE FUNCTION @extschema@.gd_signal(target bigint, name text, payload jsonb DEFAULT '{}',
-                                      dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false)
+                                      dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false,
+                                      expires interval DEFAULT NULL)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 CREATE OR REPLACE FUNCTION @extschema@.gd_signal(target text, name text, payload jsonb DEFAULT '{}',
-                                      dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false)
+                                      dedup_key text DEFAULT NULL, missing_ok boolean DEFAULT false,
+                                      expires interval DEFAULT NULL)
 RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 -- Store a signal in the inbox of a live instance the caller may use.  An
@@ -43,7 +48,7 @@ RETURNS boolean LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 -- before it is locked, so another tenant's running step never holds the
 -- caller back (which would tell it the instance exists).
 CREATE OR REPLACE FUNCTION gd._deliver_signal(caller oid, target bigint, signal_name text, signal_payload jsonb,
-                                   signal_dedup_key text, missing_ok boolean)
+                                   signal_dedup_key text, missing_ok boolean, signal_expires interval)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
@@ -60,6 +65,11 @@ BEGIN
     IF signal_payload IS NULL THEN
         PERFORM gd._bad_argument(format('payload of signal %L must not be NULL', signal_name));
     END IF;
+    IF signal_expires <= interval '0' THEN
+        PERFORM gd._bad_argument(format('expires of signal %L must be a positive interval, got %s', signal_name,
+                                        signal_expires));
+    END IF;
+    PERFORM gd._check_interval(signal_expires, 'expires');
     SELECT * INTO inst FROM gd._instances i WHERE i.id = target;
     IF FOUND AND gd._may_use_instance(caller, inst.owner, inst.fsm) THEN
         -- Waits for a step in progress on the instance: it may be about to park.
@@ -75,8 +85,8 @@ BEGIN
             MESSAGE = format('gen_durable: signal %L: instance %s is not a live instance', signal_name, target),
             DETAIL = CASE WHEN inst.id IS NOT NULL THEN format('It is %s.', inst.status) ELSE 'It does not exist.' END;
     END IF;
-    INSERT INTO gd._signals AS s (instance_id, name, payload, dedup_key)
-    VALUES (inst.id, signal_name, signal_payload, signal_dedup_key)
+    INSERT INTO gd._signals AS s (instance_id, name, payload, dedup_key, expires_at)
+    VALUES (inst.id, signal_name, signal_payload, signal_dedup_key, clock_timestamp() + signal_expires)
     ON CONFLICT (instance_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING s.id INTO stored;
     IF stored IS NULL THEN
@@ -88,15 +98,17 @@ BEGIN
     RETURN true;
 END $$;
 
-CREATE OR REPLACE FUNCTION gd._signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean)
+CREATE OR REPLACE FUNCTION gd._signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean,
+                                      expires interval)
 RETURNS boolean
-LANGUAGE sql AS $$ SELECT gd._deliver_signal(gd._caller(), target, name, payload, dedup_key, missing_ok) $$;
+LANGUAGE sql AS $$ SELECT gd._deliver_signal(gd._caller(), target, name, payload, dedup_key, missing_ok, expires) $$;
 
 -- Signal by correlation key: the instance holding the key in its scope, in
 -- the caller's own key spaces (gd._own_roles) or, when none holds it there,
 -- in those of the FSMs granted to it that it accepted: a grant it did not
 -- accept never redirects its signals to another role's instance.
-CREATE OR REPLACE FUNCTION gd._signal(target text, name text, payload jsonb, dedup_key text, missing_ok boolean)
+CREATE OR REPLACE FUNCTION gd._signal(target text, name text, payload jsonb, dedup_key text, missing_ok boolean,
+                                      expires interval)
 RETURNS boolean LANGUAGE plpgsql SET enable_seqscan = off AS $$
 #variable_conflict use_variable
 DECLARE
@@ -126,5 +138,5 @@ BEGIN
             DETAIL = format('Instances %s hold it.', array_to_string(holders, ', ')),
             HINT = 'Signal the instance by its id.';
     END IF;
-    RETURN gd._deliver_signal(caller, holders[1], name, payload, dedup_key, missing_ok);
+    RETURN gd._deliver_signal(caller, holders[1], name, payload, dedup_key, missing_ok, expires);
 END $$;

@@ -59,6 +59,26 @@ SELECT status, step FROM gd.instances WHERE id = :early_id;
 SELECT gd._execute('sig', 1);
 SELECT status, result FROM gd_await(:early_id, '1s');
 
+-- A signal with an expiry that arrives before the wait is consumed by it only
+-- while it has not expired: a stale one stays in the inbox, unconsumed.
+SELECT gd_insert('order_pay') AS stale_id \gset
+SELECT gd_signal(:stale_id, 'payment_confirmed', '{"amount": 3}', expires => '10 milliseconds') AS stale,
+       gd_signal(:stale_id, 'payment_confirmed', '{"amount": 4}', expires => '1 hour') AS fresh;
+SELECT pg_sleep(0.05);
+SELECT gd._execute('sig', 1);
+SELECT status, step, resume->'signals' @> '[{"payload": {"amount": 4}}]' AS took_fresh,
+       jsonb_array_length(resume->'signals') AS taken FROM gd.instances WHERE id = :stale_id;
+SELECT payload, consumed_at IS NULL AS unconsumed FROM gd.signals WHERE instance_id = :stale_id ORDER BY id;
+SELECT gd._execute('sig', 1);
+SELECT gd_insert('order_pay') AS all_stale_id \gset
+SELECT gd_signal(:all_stale_id, 'payment_confirmed', expires => '10 milliseconds');
+SELECT pg_sleep(0.05);
+SELECT gd._execute('sig', 1);
+SELECT status, step FROM gd.instances WHERE id = :all_stale_id;
+SELECT t.try(format('SELECT gd_signal(%s, %L, expires => %L)', :all_stale_id, 'x', '0'));
+SELECT t.try(format('SELECT gd_signal(%s, %L, expires => %L)', :all_stale_id, 'x', '-1 minute'));
+SELECT gd_cancel(:all_stale_id);
+
 -- Refusals.
 SELECT t.try($$SELECT gd_signal(-1, 'x')$$);
 SELECT t.try(format('SELECT gd_signal(%s, %L)', :paid_id, 'x')) ~ '^P0002 .* is not a live instance \[It is done.\]$' AS done_refused;

@@ -110,11 +110,13 @@ class Client {
     return rows.map((r) => toId(r.id));
   }
 
-  /** gd_signal: false for a duplicate dedupKey; null with missingOk when the target is not live. */
-  async signal(target, name, payload = {}, { dedupKey = null, missingOk = false } = {}) {
+  /** gd_signal: false for a duplicate dedupKey; null with missingOk when the target is not live;
+   * not consumed after `expires` seconds. */
+  async signal(target, name, payload = {}, { dedupKey = null, missingOk = false, expires = null } = {}) {
     const sql = await this.sql();
     const statement = typeof target === 'string' ? sql.signalByKey : sql.signalById;
-    return (await this.one(statement, [target, name, JSON.stringify(payload), dedupKey, missingOk])).sent;
+    return (await this.one(statement,
+      [target, name, JSON.stringify(payload), dedupKey, missingOk, interval(expires) ?? null])).sent;
   }
 
   /** gd_await: { status, step, attempt, result, error } once the instance settles (or ends: until 'terminal'). */

@@ -65,7 +65,7 @@ export class Client {
   insert(fsm: string, state?: State, options?: Omit<InsertOptions, 'state'>): Promise<number | null>;
   insertAll(fsm: string, entries: Iterable<InsertEntry>): Promise<number[]>;
   signal(target: number | string, name: string, payload?: Json,
-    options?: { dedupKey?: string | null; missingOk?: boolean }): Promise<boolean | null>;
+    options?: { dedupKey?: string | null; missingOk?: boolean; expires?: Seconds | null }): Promise<boolean | null>;
   wait(id: number, options?: { timeout?: Seconds; until?: 'settled' | 'terminal' }): Promise<Settled>;
   cancel(id: number, reason?: string | null): Promise<boolean>;
   retry(id: number): Promise<boolean>;

@@ -24,8 +24,8 @@ function apiStatements(api) {
                             trace_context => $14) AS id`,
     insertAll: `SELECT i.id FROM ${api}.gd_insert_all($1, $2) AS i(id)`,
     // The target's type picks the overload: an instance id, or a correlation key.
-    signalById: `SELECT ${api}.gd_signal($1::bigint, $2, $3, dedup_key => $4, missing_ok => $5) AS sent`,
-    signalByKey: `SELECT ${api}.gd_signal($1::text, $2, $3, dedup_key => $4, missing_ok => $5) AS sent`,
+    signalById: `SELECT ${api}.gd_signal($1::bigint, $2, $3, dedup_key => $4, missing_ok => $5, expires => $6::interval) AS sent`,
+    signalByKey: `SELECT ${api}.gd_signal($1::text, $2, $3, dedup_key => $4, missing_ok => $5, expires => $6::interval) AS sent`,
     await: `SELECT status, step, attempt, result, error FROM ${api}.gd_await($1::bigint, $2::interval, $3)`,
     cancel: `SELECT ${api}.gd_cancel($1::bigint, $2) AS changed`,
     retry: `SELECT ${api}.gd_retry($1::bigint) AS changed`,

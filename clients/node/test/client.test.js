@@ -88,6 +88,11 @@ test('signal: dedup and missingOk', async (t) => {
   assert.equal((await client.wait(id)).status, 'awaiting');
   assert.equal(await client.signal(key, 'go', { amount: 5 }, { dedupKey: 'evt-1' }), true);
   assert.equal(await client.signal(key, 'go', { amount: 5 }, { dedupKey: 'evt-1' }), false);
+  assert.equal(await client.signal(id, 'note', {}, { expires: 60 }), true);
+  const { rows } = await s.db.query(
+    "SELECT extract(epoch FROM expires_at - delivered_at)::int AS s FROM gd.signals WHERE instance_id = $1 AND name = 'note'",
+    [id]);
+  assert.equal(rows[0].s, 60, 'expires: not consumed after 60 s');
   await client.drain(s.queue);
   assert.equal((await client.wait(id)).result.signals, 1);
   assert.equal(await client.signal(key, 'go', {}, { missingOk: true }), null);

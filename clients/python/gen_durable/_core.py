@@ -47,7 +47,7 @@ class Statements:
             " schedule_in => %(schedule_in)s::interval, on_duplicate => %(on_duplicate)s,"
             " trace_context => %(trace_context)s)")
         self.insert_all = f"SELECT {api}.gd_insert_all(%s, %s)"
-        self.signal = f"SELECT {api}.gd_signal(%s, %s, %s, dedup_key => %s, missing_ok => %s)"
+        self.signal = f"SELECT {api}.gd_signal(%s, %s, %s, dedup_key => %s, missing_ok => %s, expires => %s::interval)"
         self.wait = f"SELECT status, step, attempt, result, error FROM {api}.gd_await(%s, %s::interval, %s)"
         self.cancel = f"SELECT {api}.gd_cancel(%s, %s)"
         self.retry = f"SELECT {api}.gd_retry(%s::bigint)"   # not gd_retry(error jsonb), the outcome

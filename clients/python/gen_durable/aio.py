@@ -90,9 +90,11 @@ class AsyncClient:
         return [row[0] for row in await cursor.fetchall()]
 
     async def signal(self, target: Union[int, str], name: str, payload: Any = None, *,
-                     dedup_key: Optional[str] = None, missing_ok: bool = False) -> Optional[bool]:
+                     dedup_key: Optional[str] = None, missing_ok: bool = False,
+                     expires: Optional[Seconds] = None) -> Optional[bool]:
         return await self._one((await self._sql()).signal,
-                               [target, name, jsonb(payload if payload is not None else {}), dedup_key, missing_ok])
+                               [target, name, jsonb(payload if payload is not None else {}), dedup_key, missing_ok,
+                                interval(expires)])
 
     async def wait(self, instance_id: int, timeout: Seconds = 5, until: str = "settled") -> Settled:
         cursor = await self.connection.execute((await self._sql()).wait, [instance_id, interval(timeout), until])

@@ -78,11 +78,13 @@ class Client:
         return [row[0] for row in rows]
 
     def signal(self, target: Union[int, str], name: str, payload: Any = None, *, dedup_key: Optional[str] = None,
-               missing_ok: bool = False) -> Optional[bool]:
+               missing_ok: bool = False, expires: Optional[Seconds] = None) -> Optional[bool]:
         """gd_signal to an instance id or correlation key: False for a duplicate dedup_key; None, with
-        missing_ok, when the target is not live (else psycopg.errors.NoDataFound, P0002)."""
+        missing_ok, when the target is not live (else psycopg.errors.NoDataFound, P0002); not consumed
+        after `expires` seconds."""
         return self._one(self._sql().signal,
-                         [target, name, jsonb(payload if payload is not None else {}), dedup_key, missing_ok])
+                         [target, name, jsonb(payload if payload is not None else {}), dedup_key, missing_ok,
+                          interval(expires)])
 
     def wait(self, instance_id: int, timeout: Seconds = 5, until: str = "settled") -> Settled:
         """gd_await: where the instance is once it settles (until='settled': parked, ended) or ends

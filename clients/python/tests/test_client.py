@@ -76,6 +76,11 @@ class ClientTest(ServerTest):
         self.assertEqual(self.client.wait(order).status, "awaiting")
         self.assertTrue(self.client.signal(key, "go", {"amount": 5}, dedup_key="evt-1"))
         self.assertFalse(self.client.signal(key, "go", {"amount": 5}, dedup_key="evt-1"))
+        self.assertTrue(self.client.signal(order, "note", expires=60))
+        lifetime = self.client.connection.execute(
+            "SELECT extract(epoch FROM expires_at - delivered_at)::int FROM gd.signals"
+            " WHERE instance_id = %s AND name = 'note'", [order]).fetchone()[0]
+        self.assertEqual(lifetime, 60, "expires: not consumed after 60 s")
         self.client.drain(self.queue)
         self.assertEqual(self.client.wait(order).result["signals"], 1)
         self.assertIsNone(self.client.signal(key, "go", missing_ok=True))
