@@ -81,7 +81,8 @@ BEGIN
     FOR item IN SELECT jsonb_array_elements(definitions->'fsms') LOOP
         EXECUTE format('SET LOCAL ROLE %s', (item->>'owner')::regrole);
         PERFORM gd_define_fsm(item->>'name', item->>'initial', item->>'queue', (item->>'version')::int,
-                              item->'state_defaults', item->'steps', (item->>'history')::boolean);
+                              item->'state_defaults', item->'steps', (item->>'history')::boolean,
+                              (item->>'from_version')::int);
         RESET ROLE;
         applied := applied + 1;
     END LOOP;

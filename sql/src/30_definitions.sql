@@ -6,13 +6,17 @@
 -- gd_define_step's options ({"reserve": {"handler": "shop.reserve(jsonb, gd.context)",
 -- "max_attempts": 5}, "charge": {}}: a step without a handler is external).
 -- history: each finished step of the version's instances is kept in gd.step_history.
+-- from_version: the steps of that version of the FSM that steps does not
+-- name are defined in this one as they are there (a new version that
+-- changes a step or two names only those).
 -- One definition of a name at a time: an engine lock no role can take from SQL (src/engine_locks.cpp).
 CREATE OR REPLACE FUNCTION gd._lock_fsm_name(name text) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_lock_fsm_name';
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
                                           version int DEFAULT 1, state_defaults jsonb DEFAULT '{}',
-                                          steps jsonb DEFAULT NULL, history boolean DEFAULT false)
+                                          steps jsonb DEFAULT NULL, history boolean DEFAULT false,
+                                          from_version int DEFAULT NULL)
 RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 -- The first role to define a name owns the FSM; later versions keep that
@@ -21,7 +25,7 @@ RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 -- would move, to another queue say): define a new version instead.  Whether
 -- a version keeps a history is fixed when it is first defined.
 CREATE OR REPLACE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb,
-                                          steps jsonb, history boolean)
+                                          steps jsonb, history boolean, from_version int)
 RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -57,6 +61,18 @@ BEGIN
     IF history IS NULL THEN
         PERFORM gd._bad_argument(format('history of FSM %L must be true or false, got NULL', fsm_name));
     END IF;
+    IF from_version = fsm_version THEN
+        PERFORM gd._bad_argument(format('from_version of FSM %L must be another version than %s', fsm_name,
+                                        fsm_version));
+    END IF;
+    IF from_version IS NOT NULL THEN
+        IF NOT EXISTS (SELECT FROM gd._fsms f WHERE f.name = fsm_name AND f.version = from_version) THEN
+            RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+                MESSAGE = format('gen_durable: FSM %L has no version %s to define version %s from', fsm_name,
+                                 from_version, fsm_version);
+        END IF;
+        steps := gd._steps_as_options(fsm_name, from_version) || coalesce(steps, '{}');
+    END IF;
     SELECT * INTO defined FROM gd._fsms f WHERE f.name = fsm_name AND f.version = fsm_version;
     IF FOUND AND defined.history <> history THEN
         PERFORM gd._bad_argument(
@@ -86,6 +102,16 @@ BEGIN
     END LOOP;
     RETURN fsm_version;
 END $$;
+
+-- The steps of an FSM version as gd_define_fsm's steps take them.
+CREATE OR REPLACE FUNCTION gd._steps_as_options(fsm_name text, fsm_version int) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_object_agg(s.step, jsonb_strip_nulls(jsonb_build_object(
+               'handler', s.handler, 'max_attempts', s.max_attempts, 'backoff', s.backoff,
+               'max_backoff', s.max_backoff, 'timeout', s.timeout, 'rate_limit', s.rate_limit, 'queue', s.queue,
+               'backoff_jitter', s.backoff_jitter))), '{}')
+      FROM gd._steps s WHERE s.fsm = fsm_name AND s.version = fsm_version
+$$;
 
 -- One step of gd_define_fsm's steps: its options as gd_define_step's arguments.
 CREATE OR REPLACE FUNCTION gd._define_one_step(caller oid, fsm_name text, fsm_version int, step_name text, options jsonb)

@@ -79,3 +79,15 @@ SELECT gd_define_fsm('v_one', initial => 'start', queue => 'versions', steps => 
     "finish": {"handler": "t.report(jsonb, gd.context)", "rate_limit": "v_one_api"},
     "review": {}
 }$$);
+
+-- The next version from this one: only the step that changes is named; the
+-- others are defined as they are in version 1.
+SELECT gd_define_fsm('v_one', initial => 'start', queue => 'versions', version => 2, from_version => 1,
+                     steps => '{"finish": {"handler": "t.v2_step(jsonb, gd.context)"}}') AS version;
+SELECT version, step, handler, max_attempts, backoff, timeout, rate_limit
+  FROM gd.steps WHERE fsm = 'v_one' ORDER BY version, step;
+-- Again, as it is: a no-op.
+SELECT gd_define_fsm('v_one', initial => 'start', queue => 'versions', version => 2, from_version => 1,
+                     steps => '{"finish": {"handler": "t.v2_step(jsonb, gd.context)"}}') AS version;
+SELECT t.try($$SELECT gd_define_fsm('v_one', 'start', 'versions', version => 3, from_version => 7)$$);
+SELECT t.try($$SELECT gd_define_fsm('v_one', 'start', 'versions', version => 2, from_version => 2)$$);
