@@ -249,7 +249,7 @@ SELECT pg_catalog.format($function$
     ('gd_cancel(id bigint, reason text DEFAULT NULL)', 'boolean', 'RETURN gd_router.cancel(id, reason)'),
     ('gd_retry(id bigint)', 'boolean', 'RETURN gd_router.retry(id)'),
     ($$gd_define_fsm(name text, initial text, queue text DEFAULT 'default', version int DEFAULT 1,
-                     state_defaults jsonb DEFAULT '{}', steps jsonb DEFAULT NULL, history boolean DEFAULT false,
+                     state_defaults jsonb DEFAULT '{}', steps jsonb DEFAULT NULL, history boolean DEFAULT NULL,
                      from_version int DEFAULT NULL)$$,
      'int', $$RETURN (SELECT pg_catalog.max(v) FROM gd_router.define_fsm_all(name, initial, queue, version,
                                                                              state_defaults, steps, history,

@@ -58,6 +58,8 @@ Datum gd_error_document(const PickedInstance &row, const ErrorFields &fields, Da
         append_json_field(&json, "detail", fields.detail);
     if (fields.worker != nullptr)
         append_json_field(&json, "worker", fields.worker);
+    if (fields.hint != nullptr)
+        append_json_field(&json, "hint", fields.hint);
     append_json_field(&json, "step", row.step);
     appendStringInfo(&json, ", \"attempt\": %d", row.attempt);
     if (user != nullptr && !user_object)
@@ -75,5 +77,11 @@ Datum gd_error_json(const ErrorData *edata, const PickedInstance &row)
     ErrorFields fields{edata->sqlerrcode == ERRCODE_QUERY_CANCELED ? "timeout" : "error", edata->message};
     fields.sqlstate = unpack_sql_state(edata->sqlerrcode);
     fields.detail = edata->detail;
+    fields.hint = edata->hint;
+    /* A handler whose own SET search_path leaves the API's schema out finds no gd_next. */
+    if (edata->sqlerrcode == ERRCODE_UNDEFINED_FUNCTION && edata->message != nullptr &&
+        strstr(edata->message, "function gd_") != nullptr)
+        fields.hint = "The handler does not find gen_durable's API: its own SET search_path must name the API's "
+                      "schema too (SET search_path = shop, public), or it must qualify the calls (public.gd_next).";
     return gd_error_document(row, fields);
 }

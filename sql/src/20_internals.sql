@@ -169,11 +169,14 @@ CREATE OR REPLACE FUNCTION gd._statuses_before(writer text) RETURNS text[] LANGU
 CREATE OR REPLACE FUNCTION gd._status_after(writer text, status text) RETURNS text LANGUAGE c IMMUTABLE STRICT
     AS 'MODULE_PATHNAME', 'gd_status_after';
 
+-- 22023 with a gen_durable: message, and a DETAIL line only when there is one.
 CREATE OR REPLACE FUNCTION gd._bad_argument(message text, detail text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-        MESSAGE = 'gen_durable: ' || message, DETAIL = coalesce(detail, '');
+    IF coalesce(detail, '') = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'gen_durable: ' || message;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'gen_durable: ' || message, DETAIL = detail;
 END $$;
 
 -- A W3C Trace Context traceparent (https://www.w3.org/TR/trace-context/):

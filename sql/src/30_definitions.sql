@@ -5,7 +5,8 @@
 -- steps: the version's steps in the same call, an object of step names to
 -- gd_define_step's options ({"reserve": {"handler": "shop.reserve(jsonb, gd.context)",
 -- "max_attempts": 5}, "charge": {}}: a step without a handler is external).
--- history: each finished step of the version's instances is kept in gd.step_history.
+-- history: each finished step of the version's instances is kept in gd.step_history
+-- (NULL: as the version is defined, false for a new one).
 -- from_version: the steps of that version of the FSM that steps does not
 -- name are defined in this one as they are there (a new version that
 -- changes a step or two names only those).
@@ -15,7 +16,7 @@ CREATE OR REPLACE FUNCTION gd._lock_fsm_name(name text) RETURNS void
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
                                           version int DEFAULT 1, state_defaults jsonb DEFAULT '{}',
-                                          steps jsonb DEFAULT NULL, history boolean DEFAULT false,
+                                          steps jsonb DEFAULT NULL, history boolean DEFAULT NULL,
                                           from_version int DEFAULT NULL)
 RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
@@ -58,9 +59,6 @@ BEGIN
         PERFORM gd._bad_argument(format('steps of FSM %L must be a JSON object of step names to options, got %s',
                                         fsm_name, steps));
     END IF;
-    IF history IS NULL THEN
-        PERFORM gd._bad_argument(format('history of FSM %L must be true or false, got NULL', fsm_name));
-    END IF;
     IF from_version = fsm_version THEN
         PERFORM gd._bad_argument(format('from_version of FSM %L must be another version than %s', fsm_name,
                                         fsm_version));
@@ -74,6 +72,7 @@ BEGIN
         steps := gd._steps_as_options(fsm_name, from_version) || coalesce(steps, '{}');
     END IF;
     SELECT * INTO defined FROM gd._fsms f WHERE f.name = fsm_name AND f.version = fsm_version;
+    history := coalesce(history, defined.history, false);   -- left out: as it is
     IF FOUND AND defined.history <> history THEN
         PERFORM gd._bad_argument(
             format('FSM %L version %s is defined %s history: that cannot change', fsm_name, fsm_version,

@@ -68,7 +68,8 @@ BEGIN;
 SELECT gd._execute('telemetry', 100) AS ran_then_rolled_back;
 ROLLBACK;
 SELECT count(*) AS history_of_rolled_back FROM gd.step_history WHERE instance_id = :rolled_back_id;
--- An FSM version without history keeps none; the flag cannot change on a defined version.
+-- An FSM version without history keeps none; the flag cannot change on a
+-- defined version (leaving it out, or NULL, keeps it as it is).
 SELECT gd_define_fsm('tel_untimed', initial => 'second', queue => 'telemetry',
                      steps => '{"second": {"handler": "t.timed(jsonb, gd.context)"}}');
 SELECT gd_insert('tel_untimed') AS untimed_id \gset
@@ -77,6 +78,7 @@ SELECT status, (SELECT count(*) FROM gd_history(:untimed_id)) AS history FROM gd
 SELECT t.try($$SELECT gd_define_fsm('tel_timed', initial => 'first', queue => 'telemetry')$$);
 SELECT t.try($$SELECT gd_define_fsm('tel_untimed', initial => 'second', queue => 'telemetry', history => true)$$);
 SELECT t.try($$SELECT gd_define_fsm('tel_untimed', initial => 'second', queue => 'telemetry', history => NULL)$$);
+SELECT name, history FROM gd.fsms WHERE name IN ('tel_timed', 'tel_untimed') AND version = 1 ORDER BY name;
 SELECT gd_define_fsm('tel_untimed', initial => 'second', queue => 'telemetry', version => 2, history => true);
 SELECT t.try($$SELECT * FROM gd_history(-1)$$);
 SELECT t.try($$SELECT * FROM gd_history(NULL)$$);

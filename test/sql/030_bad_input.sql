@@ -652,3 +652,13 @@ SELECT count(*) FILTER (WHERE status NOT IN ('runnable', 'executing', 'awaiting_
   FROM gd.instances i WHERE i.fsm LIKE 'bad%';
 SELECT count(*) AS orphan_signals FROM gd.signals s
  WHERE s.instance_id > (SELECT last_id FROM t.bad_start) AND NOT EXISTS (SELECT FROM gd.instances i WHERE i.id = s.instance_id);
+
+-- An error prints its DETAIL line only when it has a detail: these two as
+-- psql shows them, one without and one with.
+\set SHOW_CONTEXT never
+SELECT gd_define_fsm('bad_n', '');
+SELECT gd_define_fsm('bad_hist', 'a', history => true) AS version;
+-- (history left out is no change: the migration runs again)
+SELECT gd_define_fsm('bad_hist', 'a') AS again, history FROM gd.fsms WHERE name = 'bad_hist';
+SELECT gd_define_fsm('bad_hist', 'a', history => false);
+DELETE FROM gd._fsms WHERE name = 'bad_hist';

@@ -49,3 +49,16 @@ SELECT step, status, attempt, error->>'sqlstate' AS sqlstate,
 
 DELETE FROM gd._instances WHERE fsm IN ('dropped', 'dropper');
 DELETE FROM gd._fsms WHERE name IN ('dropped', 'dropper');
+
+-- A handler whose own SET search_path leaves the API's schema out does not
+-- find gd_next: its attempt fails with 42883, and the error says why.
+CREATE FUNCTION t.pinned_h(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql
+SET search_path = t AS $$ BEGIN RETURN gd_done(); END $$;
+SELECT gd_define_fsm('pinned', 'go', queue => 'dropq',
+                     steps => '{"go": {"handler": "t.pinned_h(jsonb, gd.context)", "max_attempts": 1}}') AS version;
+SELECT gd_insert('pinned') AS pinned \gset
+SELECT gd._execute('dropq', 10) AS ran;
+SELECT status, error->>'sqlstate' AS sqlstate, error->>'hint' AS hint FROM gd.instances WHERE id = :pinned;
+DELETE FROM gd._instances WHERE fsm = 'pinned';
+DELETE FROM gd._fsms WHERE name = 'pinned';
+DROP FUNCTION t.pinned_h(jsonb, gd.context);
