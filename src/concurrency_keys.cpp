@@ -2,11 +2,12 @@
  * concurrency_keys.cpp — room under concurrency keys.  An instance holding
  * a key stops running (its step parks it or ends it, it is cancelled) in a
  * transaction that remembers the key; once the transaction's last
- * transition is written, the best instances waiting under each key are
- * admitted as far as gd._key_room says there is room, the keys taken in
- * one order (key, then owner) so two rounds never deadlock on them.
- * gd._ungate does the same for the SQL paths (a limit raised, the reaper's
- * repair).  The key arithmetic is SQL's (sql/src/65_concurrency.sql).
+ * transition is written, the best instances waiting under all the keys are
+ * admitted as far as each key's limit leaves room, in one statement, the
+ * keys locked in one order (key, then owner) so two rounds never deadlock
+ * on them.  gd._ungate does the same for the SQL paths (a limit raised,
+ * the reaper's repair).  Limits and waiting instances are SQL's
+ * (sql/src/65_concurrency.sql).
  */
 #include "concurrency_keys.hpp"
 #include "gen_durable.hpp"

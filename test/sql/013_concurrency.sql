@@ -121,3 +121,31 @@ SELECT s.key, max(at_once) <= CASE s.key WHEN 'pair' THEN 2 ELSE 1 END AS within
                    AS at_once
           FROM t.spans a) s
  GROUP BY s.key ORDER BY s.key;
+
+-- A shared limit counts every owner's instances under the key together (an
+-- administrator's act): two owners' instances under 'joint:x', limit 1 —
+-- one runs, the other waits whoever owns it, and is admitted when the first
+-- ends.
+CREATE ROLE regress_gd_joint;
+CREATE FUNCTION t.joint_h(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$;
+GRANT USAGE ON SCHEMA t TO regress_gd_joint;
+SELECT gd_set_concurrency_limit('joint', 1, shared => true);
+SELECT gd_define_fsm('joint_mine', initial => 'one', queue => 'joint',
+                     steps => '{"one": {"handler": "t.joint_h(jsonb, gd.context)"}}') AS version;
+SELECT gd_insert('joint_mine', concurrency_key => 'joint:x') AS joint_mine \gset
+SET ROLE regress_gd_joint;
+SELECT gd_define_fsm('joint_theirs', initial => 'one', queue => 'joint',
+                     steps => '{"one": {"handler": "t.joint_h(jsonb, gd.context)"}}') AS version;
+SELECT gd_insert('joint_theirs', concurrency_key => 'joint:x') AS joint_theirs \gset
+RESET ROLE;
+SELECT fsm, status, gated FROM gd.instances WHERE concurrency_key = 'joint:x' ORDER BY id;
+SELECT gd._execute('joint', 100) AS ran;
+SELECT fsm, status, gated FROM gd.instances WHERE concurrency_key = 'joint:x' ORDER BY id;
+SELECT gd._execute('joint', 100) AS ran;
+SELECT fsm, status FROM gd.instances WHERE concurrency_key = 'joint:x' ORDER BY id;
+DELETE FROM gd._instances WHERE concurrency_key = 'joint:x';
+DELETE FROM gd._fsms WHERE name IN ('joint_mine', 'joint_theirs');
+SELECT gd_drop_concurrency_limit('joint');
+DROP FUNCTION t.joint_h(jsonb, gd.context);
+REVOKE ALL ON SCHEMA t FROM regress_gd_joint;
+DROP ROLE regress_gd_joint;
