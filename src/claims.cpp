@@ -340,21 +340,18 @@ GD_SQL_FUNCTION(gd_claim_steps)
     bool *no_deadline = static_cast<bool *>(palloc(sizeof(bool) * Max(picked, 1)));
     /* The picked steps' definitions, and their rate limits' verdicts, all in one statement. */
     StepDefinition *defs = static_cast<StepDefinition *>(palloc(sizeof(StepDefinition) * Max(picked, 1)));
-    const PickedInstance **rated_rows = static_cast<const PickedInstance **>(palloc(sizeof(void *) * Max(picked, 1)));
-    const StepDefinition **rated_defs = static_cast<const StepDefinition **>(palloc(sizeof(void *) * Max(picked, 1)));
+    const PickedInstance **row_of = static_cast<const PickedInstance **>(palloc(sizeof(void *) * Max(picked, 1)));
+    const StepDefinition **def_of = static_cast<const StepDefinition **>(palloc(sizeof(void *) * Max(picked, 1)));
     bool *rate_admitted = static_cast<bool *>(palloc(sizeof(bool) * Max(picked, 1)));
-    int rated = 0;
     for (int i = 0; i < picked; i++) {
         defs[i] = gd_find_step(rows[i].fsm, rows[i].version, rows[i].step).value_or(StepDefinition{});
-        if (gd_needs_rate(rows[i], defs[i])) {
-            rated_rows[rated] = &rows[i];
-            rated_defs[rated++] = &defs[i];
-        }
+        row_of[i] = &rows[i];
+        def_of[i] = &defs[i];
     }
-    gd_admit_rates(rated_rows, rated_defs, rated, rate_admitted);
+    gd_admit_rates(row_of, def_of, picked, rate_admitted);
     int admitted_count = 0;
-    for (int i = 0, r = 0; i < picked; i++) {
-        if (!gd_needs_rate(rows[i], defs[i]) || rate_admitted[r++]) {
+    for (int i = 0; i < picked; i++) {
+        if (rate_admitted[i]) {
             deadlines[i] = gd_step_deadline(defs[i], claimed_at);
             admitted[admitted_count] = Int64GetDatum(rows[i].id);
             admitted_deadlines[admitted_count] = TimestampTzGetDatum(deadlines[i]);

@@ -42,15 +42,30 @@ void report_dropped_limit_once(const char *name)
                       errhint("Define it again with gd_set_rate_limit(), or cancel the instances that use it.")));
 }
 
-} // namespace
-
-bool gd_needs_rate(const PickedInstance &row, const StepDefinition &def)
+/* Does the step take tokens (its instance or its step names a rate limit)? */
+bool needs_rate(const PickedInstance &row, const StepDefinition &def)
 {
     return row.rate_limit != nullptr || def.rate_limit[0] != '\0';
 }
 
-void gd_admit_rates(const PickedInstance *const *rows, const StepDefinition *const *defs, int count, bool *admitted)
+} // namespace
+
+void gd_admit_rates(const PickedInstance *const *all_rows, const StepDefinition *const *all_defs, int all_count,
+                    bool *admitted)
 {
+    /* Those that take no tokens are admitted without asking; the others are asked together. */
+    const PickedInstance **rows = static_cast<const PickedInstance **>(palloc(sizeof(void *) * Max(all_count, 1)));
+    const StepDefinition **defs = static_cast<const StepDefinition **>(palloc(sizeof(void *) * Max(all_count, 1)));
+    int *position = static_cast<int *>(palloc(sizeof(int) * Max(all_count, 1)));
+    int count = 0;
+    for (int i = 0; i < all_count; i++) {
+        admitted[i] = true;
+        if (needs_rate(*all_rows[i], *all_defs[i])) {
+            rows[count] = all_rows[i];
+            defs[count] = all_defs[i];
+            position[count++] = i;
+        }
+    }
     if (count == 0)
         return;
     Datum *owners = static_cast<Datum *>(palloc(sizeof(Datum) * count));
@@ -81,8 +96,8 @@ void gd_admit_rates(const PickedInstance *const *rows, const StepDefinition *con
         HeapTuple verdict = verdicts->vals[i];
         TupleDesc desc = verdicts->tupdesc;
         bool isnull;
-        admitted[i] = DatumGetBool(SPI_getbinval(verdict, desc, 1, &isnull));
-        if (admitted[i])
+        admitted[position[i]] = DatumGetBool(SPI_getbinval(verdict, desc, 1, &isnull));
+        if (admitted[position[i]])
             continue;
         Datum undefined_limit = SPI_getbinval(verdict, desc, 3, &isnull);
         if (!isnull) {

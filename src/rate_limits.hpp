@@ -6,12 +6,11 @@
 #include "picker.hpp"
 #include "step_definitions.hpp"
 
-/* Does the step take tokens (the instance or its step names a rate limit)? */
-bool gd_needs_rate(const PickedInstance &row, const StepDefinition &def);
 /*
  * Take the tokens each of `count` picked steps needs from its rate limits
  * (its instance's and its step's), all in one statement, in their order;
  * push the instances of the steps refused back until their tokens will be
- * there.  admitted[i]: step i may run now.
+ * there.  admitted[i]: step i may run now (one that names no rate limit
+ * always may).
  */
 void gd_admit_rates(const PickedInstance *const *rows, const StepDefinition *const *defs, int count, bool *admitted);

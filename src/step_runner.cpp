@@ -195,21 +195,19 @@ Disposition prepare_step(const Round &round, const PickedInstance &row, StepDefi
  */
 int admit_and_hand_over(Round &round)
 {
-    const PickedInstance **rated_rows = round_array<const PickedInstance *>(round.to_run_count);
-    const StepDefinition **rated_definitions = round_array<const StepDefinition *>(round.to_run_count);
-    int rated = 0;
-    for (int k = 0; k < round.to_run_count; k++)
-        if (gd_needs_rate(round.rows[round.to_run[k]], round.definitions[k])) {
-            rated_rows[rated] = &round.rows[round.to_run[k]];
-            rated_definitions[rated++] = &round.definitions[k];
-        }
-    bool *admitted = round_array<bool>(rated);
-    gd_admit_rates(rated_rows, rated_definitions, rated, admitted);
+    const PickedInstance **rows = round_array<const PickedInstance *>(round.to_run_count);
+    const StepDefinition **definitions = round_array<const StepDefinition *>(round.to_run_count);
+    for (int k = 0; k < round.to_run_count; k++) {
+        rows[k] = &round.rows[round.to_run[k]];
+        definitions[k] = &round.definitions[k];
+    }
+    bool *admitted = round_array<bool>(round.to_run_count);
+    gd_admit_rates(rows, definitions, round.to_run_count, admitted);
     int handled = 0, kept = 0;
-    for (int k = 0, r = 0; k < round.to_run_count; k++) {
+    for (int k = 0; k < round.to_run_count; k++) {
         const PickedInstance &row = round.rows[round.to_run[k]];
         const StepDefinition &def = round.definitions[k];
-        if (gd_needs_rate(row, def) && !admitted[r++])
+        if (!admitted[k])
             continue; /* it runs when its tokens are there */
         handled++;
         if (def.external) {
