@@ -91,7 +91,8 @@ BEGIN
                                   (item->>'burst')::int, (item->>'shared')::boolean);
     END LOOP;
     FOR item IN SELECT jsonb_array_elements(definitions->'concurrency_limits') LOOP
-        PERFORM gd_set_concurrency_limit(item->>'name', (item->>'max')::int, (item->>'shared')::boolean);
+        PERFORM gd_set_concurrency_limit(item->>'name', (item->>'max')::int, (item->>'shared')::boolean,
+                                         coalesce(item->>'scope', 'step'));
     END LOOP;
     FOR item IN SELECT jsonb_array_elements(definitions->'grants') LOOP
         EXECUTE format('SET LOCAL ROLE %s', (SELECT f.owner FROM gd.fsms f WHERE f.name = item->>'fsm' LIMIT 1));

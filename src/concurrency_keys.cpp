@@ -1,7 +1,8 @@
 /*
  * concurrency_keys.cpp — room under concurrency keys.  An instance holding
  * a key stops running (its step parks it or ends it, it is cancelled) in a
- * transaction that remembers the key; once the transaction's last
+ * transaction that remembers the key (a key of the run scope is still held
+ * by a parked instance: the count finds no room then); once the transaction's last
  * transition is written, the best instances waiting under all the keys are
  * admitted as far as each key's limit leaves room, in one statement, the
  * keys locked in one order (key, then owner) so two rounds never deadlock
@@ -79,7 +80,7 @@ int admit_gated_shared(const char *key)
     if (gd_run_kept(admit_plan,
                     "UPDATE gd._instances i SET gated = false"
                     " WHERE i.id IN (SELECT gd._gated_best(0, $1, true,"
-                    "                                      (gd._key_limit($1)).max - gd._key_running(0, $1, true)))"
+                    "                                      (gd._key_limit($1)).max - gd._key_holders(0, $1, gd._key_limit($1))))"
                     " RETURNING i.concurrency_key, " GD_WOKEN_COLUMNS,
                     {TEXTOID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: admitting instances under concurrency key \"%s\" failed", key);
@@ -88,17 +89,18 @@ int admit_gated_shared(const char *key)
 
 /*
  * The same for keys in their owners' key spaces, all at once: for each
- * (owner, key) pair, its limit less the instances running under it, of the
- * best waiting ones (an index descent per key).
+ * (owner, key) pair, its limit less the instances holding it (running, or
+ * live for a key of the run scope), of the best waiting ones (an index
+ * descent per key).
  */
-int admit_gated_owned(Datum owners, Datum keys, Datum limits)
+int admit_gated_owned(Datum owners, Datum keys, Datum limits, Datum run_scopes)
 {
     static SPIPlanPtr admit_plan = nullptr;
-    Datum args[3] = {owners, keys, limits};
+    Datum args[4] = {owners, keys, limits, run_scopes};
     if (gd_run_kept(admit_plan,
                     "UPDATE gd._instances i SET gated = false"
                     " WHERE i.id = ANY (ARRAY("
-                    "       SELECT b.id FROM unnest($1::oid[], $2::text[], $3::int[]) AS k(owner, key, max)"
+                    "       SELECT b.id FROM unnest($1::oid[], $2::text[], $3::int[], $4::bool[]) AS k(owner, key, max, run)"
                     "       CROSS JOIN LATERAL ("
                     "           SELECT w.id FROM gd._instances w"
                     "            WHERE w.concurrency_key = k.key AND w.owner = k.owner AND w.gated"
@@ -106,11 +108,12 @@ int admit_gated_owned(Datum owners, Datum keys, Datum limits)
                     "            ORDER BY w.priority, w.eligible_at, w.id"
                     "            LIMIT greatest(k.max - (SELECT count(*) FROM gd._instances r"
                     "                                     WHERE r.concurrency_key = k.key AND r.owner = k.owner"
-                    "                                       AND NOT r.gated AND r.status IN (" GD_STATUS(runnable)
-                    ", " GD_STATUS(executing) ")), 0)"
+                    "                                       AND NOT r.gated AND r.status = ANY (gd._live_statuses())"
+                    "                                       AND (k.run OR r.status IN (" GD_STATUS(runnable)
+                    ", " GD_STATUS(executing) "))), 0)"
                     "            FOR UPDATE OF w SKIP LOCKED) b))"
                     " RETURNING i.concurrency_key, " GD_WOKEN_COLUMNS,
-                    {OIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
+                    {OIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, BOOLARRAYOID}, args, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: admitting instances under concurrency keys failed");
     return static_cast<int>(SPI_processed);
 }
@@ -147,7 +150,7 @@ int ungate(OwnedKey *keys, int count)
     static SPIPlanPtr policy_plan = nullptr;
     Datum policy_args[1] = {gd_array_of(names, nullptr, distinct, TEXTOID)};
     if (gd_run_kept(policy_plan,
-                    "SELECT coalesce(l.max, 1), coalesce(l.shared, false)"
+                    "SELECT coalesce(l.max, 1), coalesce(l.shared, false), coalesce(l.scope = 'run', false)"
                     "  FROM unnest($1::text[]) WITH ORDINALITY AS k(key, ord)"
                     "  LEFT JOIN gd._concurrency_limits l ON l.name = split_part(k.key, ':', 1)"
                     " ORDER BY k.ord",
@@ -158,6 +161,7 @@ int ungate(OwnedKey *keys, int count)
     Datum *owners = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
     Datum *owned_keys = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
     Datum *limits = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
+    Datum *run_scopes = static_cast<Datum *>(palloc(sizeof(Datum) * distinct));
     const char **shared_keys = static_cast<const char **>(palloc(sizeof(char *) * distinct));
     int owned_count = 0, shared_count = 0;
     for (int i = 0; i < distinct; i++) {
@@ -173,13 +177,15 @@ int ungate(OwnedKey *keys, int count)
         owners[owned_count] = ObjectIdGetDatum(keys[i].owner);
         owned_keys[owned_count] = names[i];
         limits[owned_count] = limit;
+        run_scopes[owned_count] = SPI_getbinval(policies->vals[i], policies->tupdesc, 3, &isnull);
         owned_count++;
     }
     int admitted = 0;
     if (owned_count > 0) {
         int now = admit_gated_owned(gd_array_of(owners, nullptr, owned_count, OIDOID),
                                     gd_array_of(owned_keys, nullptr, owned_count, TEXTOID),
-                                    gd_array_of(limits, nullptr, owned_count, INT4OID));
+                                    gd_array_of(limits, nullptr, owned_count, INT4OID),
+                                    gd_array_of(run_scopes, nullptr, owned_count, BOOLOID));
         after_admission(now);
         admitted += now;
     }

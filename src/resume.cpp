@@ -27,7 +27,7 @@ void gd_resume_parked(int64 id, Datum resume)
             "               WHERE p.id = $1)"
             "UPDATE gd._instances i"
             "   SET status = gd._status_after('resume', 'runnable'), step = i.wait_then_step, attempt = 1, resume = $2,"
-            "       gated = gd._must_gate(i.owner, i.concurrency_key),"
+            "       gated = gd._must_gate(i.owner, i.concurrency_key, true),"
             "       external = coalesce((SELECT external FROM next), false),"
             "       queue = (gd._route((SELECT queue FROM next), coalesce(i.home_queue, i.queue))).queue,"
             "       home_queue = (gd._route((SELECT queue FROM next), coalesce(i.home_queue, i.queue))).home_queue,"

@@ -2,52 +2,64 @@
 -- Concurrency keys: at most a limit of holders of a key run at once
 -- ---------------------------------------------------------------------------
 -- An instance with concurrency_key 'name' or 'name:partition' runs only while
--- fewer than the name's limit (1 if unconfigured) of instances holding that
--- exact key are running (runnable or executing).  Keys belong to tenants: an
--- instance counts only against instances of the same owner, so no role can
--- occupy or see another's keys — unless an administrator made the name's
--- limit shared (gd_set_concurrency_limit(..., shared => true)), and every
--- owner's instances holding the key count together.  The others are
--- "gated": runnable, but out of the pick indexes, so a key with a million
--- waiting rows costs a pick nothing.  Admission and release under one key
--- are serialised by a transaction-scoped engine lock on it, so the count
--- is exact; the state is the rows themselves, so a crash or an expired
--- lease cannot leave a slot taken.
+-- fewer than the name's limit (1 if unconfigured) of instances hold that
+-- exact key.  What holding is, is the limit's scope: 'step' (the default)
+-- while running (runnable or executing: a wait on a signal or on children
+-- lets the key go, taken again on resuming), 'run' while live (from
+-- admission to the instance's end, through waits, children and retries).
+-- Keys belong to tenants: an instance counts only against instances of the
+-- same owner, so no role can occupy or see another's keys — unless an
+-- administrator made the name's limit shared (gd_set_concurrency_limit(...,
+-- shared => true)), and every owner's instances holding the key count
+-- together.  The others are "gated": runnable, but out of the pick indexes,
+-- so a key with a million waiting rows costs a pick nothing.  Admission and
+-- release under one key are serialised by a transaction-scoped engine lock
+-- on it, so the count is exact; the state is the rows themselves, so a
+-- crash or an expired lease cannot leave a slot taken.
 
 CREATE TABLE IF NOT EXISTS gd._concurrency_limits (
     name   text PRIMARY KEY,
     max    int NOT NULL CHECK (max > 0),
-    shared boolean NOT NULL DEFAULT false   -- counted across owners, not per owner
+    shared boolean NOT NULL DEFAULT false,  -- counted across owners, not per owner
+    scope  text NOT NULL DEFAULT 'step' CHECK (scope IN ('step', 'run'))  -- held while running, or while live
 );
 
--- Rows holding or waiting for a key.
-CREATE INDEX IF NOT EXISTS instances_key_running ON gd._instances (concurrency_key, owner)
-    WHERE concurrency_key IS NOT NULL AND NOT gated AND status IN ('runnable', 'executing');
+-- Rows holding a key (in either scope: the status says which count them), or waiting for one.
+CREATE INDEX IF NOT EXISTS instances_key_holders ON gd._instances (concurrency_key, owner, status)
+    WHERE concurrency_key IS NOT NULL AND NOT gated
+      AND status IN ('runnable', 'executing', 'awaiting_signal', 'awaiting_children');
 CREATE INDEX IF NOT EXISTS instances_key_gated ON gd._instances (concurrency_key, owner, priority, eligible_at, id)
     WHERE gated AND status = 'runnable';
 
--- The limit of a key: its name's, or 1 per owner when the name has none.
+-- The limit of a key: its name's, or 1 per owner, per step, when the name has none.
 CREATE OR REPLACE FUNCTION gd._key_limit(key text) RETURNS gd._concurrency_limits
 LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT l FROM gd._concurrency_limits l WHERE l.name = split_part(key, ':', 1)),
-                    ROW(split_part(key, ':', 1), 1, false)::gd._concurrency_limits)
+                    ROW(split_part(key, ':', 1), 1, false, 'step')::gd._concurrency_limits)
 $$;
 
--- How many instances hold the key and are running: of key_owner, or of every owner when shared.
--- Planned for instances_key_running whatever the statistics say (as the
+-- The statuses in which an instance holds a key of that scope.
+CREATE OR REPLACE FUNCTION gd._holding_statuses(scope text) RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE scope WHEN 'run' THEN gd._live_statuses() ELSE ARRAY['runnable', 'executing'] END
+$$;
+
+-- How many instances hold the key: of key_owner, or of every owner when shared.
+-- Planned for instances_key_holders whatever the statistics say (as the
 -- engine's kept plans are, src/kept_plans.cpp): an insert's session plans
 -- it once, perhaps while the table looks empty, and keeps the plan while a
 -- bulk insert fills the table.
-CREATE OR REPLACE FUNCTION gd._key_running(key_owner oid, key text, shared boolean) RETURNS int
+CREATE OR REPLACE FUNCTION gd._key_holders(key_owner oid, key text, policy gd._concurrency_limits) RETURNS int
 LANGUAGE plpgsql STABLE SET enable_seqscan = off AS $$
 BEGIN
-    IF shared THEN
+    IF policy.shared THEN
         RETURN (SELECT count(*) FROM gd._instances i
-                 WHERE i.concurrency_key = key AND NOT i.gated AND i.status IN ('runnable', 'executing'));
+                 WHERE i.concurrency_key = key AND NOT i.gated
+                   AND i.status = ANY (gd._holding_statuses(policy.scope)));
     END IF;
     RETURN (SELECT count(*) FROM gd._instances i
              WHERE i.concurrency_key = key AND i.owner = key_owner AND NOT i.gated
-               AND i.status IN ('runnable', 'executing'));
+               AND i.status = ANY (gd._holding_statuses(policy.scope)));
 END $$;
 
 -- Serialise admission and release under one key, in one owner's key space
@@ -68,14 +80,16 @@ BEGIN
     IF NOT gd._lock_key(key_owner, key, policy.shared) THEN
         RETURN 0;
     END IF;
-    RETURN policy.max - gd._key_running(key_owner, key, policy.shared);
+    RETURN policy.max - gd._key_holders(key_owner, key, policy);
 END $$;
 
--- Should an instance of key_owner about to run under this key wait its turn?  Counts it.
-CREATE OR REPLACE FUNCTION gd._must_gate(key_owner oid, key text) RETURNS boolean
+-- Should an instance of key_owner about to run under this key wait its
+-- turn?  Counts it.  One resuming from a wait (`resuming`) still holds a
+-- key of the run scope: it goes on.
+CREATE OR REPLACE FUNCTION gd._must_gate(key_owner oid, key text, resuming boolean DEFAULT false) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF key IS NULL THEN
+    IF key IS NULL OR (resuming AND (gd._key_limit(key)).scope = 'run') THEN
         RETURN false;
     END IF;
     IF gd._key_room(key_owner, key) > 0 THEN
@@ -132,7 +146,7 @@ BEGIN
     SELECT gd._ungate(coalesce(array_agg(k.owner), '{}'), coalesce(array_agg(k.key), '{}')) INTO repaired
       FROM (SELECT DISTINCT w.owner::oid AS owner, w.concurrency_key AS key FROM gd._instances w
              WHERE w.gated AND w.status = 'runnable') k
-     WHERE (gd._key_limit(k.key)).max > gd._key_running(k.owner, k.key, (gd._key_limit(k.key)).shared);
+     WHERE (gd._key_limit(k.key)).max > gd._key_holders(k.owner, k.key, gd._key_limit(k.key));
     PERFORM gd._count('concurrency_repaired', repaired);
     RETURN repaired;
 END $$;
@@ -159,10 +173,11 @@ BEGIN
     RETURN name;
 END $$;
 
-CREATE OR REPLACE FUNCTION @extschema@.gd_set_concurrency_limit(name text, max int, shared boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION @extschema@.gd_set_concurrency_limit(name text, max int, shared boolean DEFAULT false,
+                                                                 scope text DEFAULT 'step')
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
-CREATE OR REPLACE FUNCTION gd._set_concurrency_limit(name text, max int, shared boolean) RETURNS void
+CREATE OR REPLACE FUNCTION gd._set_concurrency_limit(name text, max int, shared boolean, scope text) RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
@@ -174,9 +189,14 @@ BEGIN
     IF shared IS NULL THEN
         PERFORM gd._bad_argument(format('shared of concurrency limit %L must not be NULL', name));
     END IF;
-    INSERT INTO gd._concurrency_limits AS l (name, max, shared) VALUES (name, max, shared)
-    ON CONFLICT ON CONSTRAINT _concurrency_limits_pkey DO UPDATE SET max = excluded.max, shared = excluded.shared;
-    -- a raised limit admits waiting instances now
+    IF scope IS NULL OR scope NOT IN ('step', 'run') THEN
+        PERFORM gd._bad_argument(format('scope of concurrency limit %L must be ''step'' or ''run'', got %s',
+                                        name, coalesce(quote_literal(left(scope, 80)), 'NULL')));
+    END IF;
+    INSERT INTO gd._concurrency_limits AS l (name, max, shared, scope) VALUES (name, max, shared, scope)
+    ON CONFLICT ON CONSTRAINT _concurrency_limits_pkey
+    DO UPDATE SET max = excluded.max, shared = excluded.shared, scope = excluded.scope;
+    -- a raised limit, or a scope narrowed to steps, admits waiting instances now
     PERFORM gd._ungate(array_agg(k.owner), array_agg(k.key))
        FROM (SELECT DISTINCT w.owner::oid AS owner, w.concurrency_key AS key FROM gd._instances w
               WHERE w.gated AND w.status = 'runnable' AND split_part(w.concurrency_key, ':', 1) = name) k;

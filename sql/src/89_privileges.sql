@@ -21,7 +21,7 @@ GRANT EXECUTE ON FUNCTION gd.read_workers(), gd.read_stats(), gd.read_status_cha
 -- Administration: for roles an administrator grants it to.
 REVOKE ALL ON FUNCTION @extschema@.gd_set_rate_limit(text, int, interval, int, boolean),
                        @extschema@.gd_drop_rate_limit(text),
-                       @extschema@.gd_set_concurrency_limit(text, int, boolean),
+                       @extschema@.gd_set_concurrency_limit(text, int, boolean, text),
                        @extschema@.gd_drop_concurrency_limit(text),
                        @extschema@.gd_pause(text), @extschema@.gd_resume(text),
                        @extschema@.gd_stats_reset()

@@ -80,7 +80,8 @@ DROP INDEX gd.instances_external_due;   -- made again without updated_at in its 
 
 -- Limits: per owner unless shared.  Token buckets start full again, in the
 -- key space of each owner.
-ALTER TABLE gd._concurrency_limits ADD COLUMN shared boolean NOT NULL DEFAULT false;
+ALTER TABLE gd._concurrency_limits ADD COLUMN shared boolean NOT NULL DEFAULT false,
+    ADD COLUMN scope text NOT NULL DEFAULT 'step' CHECK (scope IN ('step', 'run'));
 ALTER TABLE gd._signals ADD COLUMN expires_at timestamptz;
 ALTER TABLE gd._rate_limits ADD COLUMN shared boolean NOT NULL DEFAULT false;
 DELETE FROM gd._rate_buckets;

@@ -149,3 +149,111 @@ SELECT gd_drop_concurrency_limit('joint');
 DROP FUNCTION t.joint_h(jsonb, gd.context);
 REVOKE ALL ON SCHEMA t FROM regress_gd_joint;
 DROP ROLE regress_gd_joint;
+
+-- A key of the run scope is held from admission to the instance's end:
+-- through its wait on a signal, its wait on children, a retry, until it
+-- fails; a gd_retry of it waits its turn again.  Orders of one customer run
+-- one after another, whole; with the step scope (seat:1) the second order
+-- runs while the first waits.  Queue 'whole' has no background executors:
+-- gd_drain runs its steps.
+SELECT gd_set_concurrency_limit('cust', 1, scope => 'run');
+SELECT name, max, shared, scope FROM gd.concurrency_limits WHERE name = 'cust';
+CREATE FUNCTION t.whole_step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO t.ledger (instance_id, step, attempt) VALUES (ctx.id, ctx.step, ctx.attempt);
+    CASE ctx.step
+        WHEN 'reserve' THEN
+            IF state ? 'fail_once' AND ctx.attempt = 1 THEN
+                RAISE EXCEPTION 'stock service unavailable';
+            END IF;
+            RETURN gd_wait_signal(ARRAY['paid'], then_step => 'pack');
+        WHEN 'pack' THEN
+            RETURN gd_spawn(jsonb_build_array(jsonb_build_object('fsm', 'cust_box', 'state', state)), 'ship');
+        WHEN 'box' THEN
+            RETURN gd_wait_signal(ARRAY['boxed'], then_step => 'boxed');
+        WHEN 'ship' THEN
+            IF state ? 'stop' AND ctx.attempt = 1 AND (SELECT count(*) FROM t.ledger l
+                                                        WHERE l.instance_id = ctx.id AND l.step = 'ship') = 1 THEN
+                RETURN gd_stop('{"why": "carrier refused"}');
+            END IF;
+            RETURN gd_done();
+        ELSE
+            RETURN gd_done();
+    END CASE;
+END $$;
+SELECT gd_define_fsm('cust_order', initial => 'reserve', queue => 'whole',
+                     steps => '{"reserve": {"handler": "t.whole_step(jsonb, gd.context)", "backoff": "0s"},
+                                "pack": {"handler": "t.whole_step(jsonb, gd.context)"},
+                                "ship": {"handler": "t.whole_step(jsonb, gd.context)"}}') AS version;
+SELECT gd_define_fsm('cust_box', initial => 'box', queue => 'whole',
+                     steps => '{"box": {"handler": "t.whole_step(jsonb, gd.context)"},
+                                "boxed": {"handler": "t.whole_step(jsonb, gd.context)"}}') AS version;
+SELECT gd_insert('cust_order', '{"fail_once": true, "stop": true}', concurrency_key => 'cust:1',
+                 correlation_key => 'first') AS first,
+       gd_insert('cust_order', '{}', concurrency_key => 'cust:1', correlation_key => 'second') AS second,
+       gd_insert('cust_order', '{}', concurrency_key => 'cust:2', correlation_key => 'other') AS other,
+       gd_insert('cust_order', '{}', concurrency_key => 'seat:1', correlation_key => 'seat-a') AS seat_a,
+       gd_insert('cust_order', '{}', concurrency_key => 'seat:1', correlation_key => 'seat-b') AS seat_b \gset
+CREATE VIEW t.orders AS
+SELECT correlation_key AS order, status, step, gated FROM gd.instances
+ WHERE fsm = 'cust_order' AND correlation_key IS NOT NULL ORDER BY id;
+SELECT * FROM t.orders;
+-- first fails its reservation once and retries it, then waits to be paid;
+-- second stays out, other (another customer) and seat-a run; seat-a's wait
+-- lets seat:1 go, so seat-b runs too.
+SELECT gd_drain('whole', with_scheduled => true) AS steps;
+SELECT * FROM t.orders;
+SELECT gd_signal(:first, 'paid');
+SELECT * FROM t.orders;
+-- Paid, first resumes at once (it holds its key) and waits for its box.
+SELECT gd_drain('whole') AS steps;
+SELECT * FROM t.orders;
+SELECT gd_signal(i.id, 'boxed') FROM gd.instances i WHERE i.parent_id = :first;
+-- The box done, first ships, and is stopped: its end lets second in.
+SELECT gd_drain('whole') AS steps;
+SELECT * FROM t.orders;
+SELECT error FROM gd.instances WHERE id = :first;
+-- Retried, first waits for second's whole run.
+SELECT gd_retry(:first);
+SELECT * FROM t.orders;
+SELECT gd_drain('whole') AS steps;
+SELECT gd_signal(:second, 'paid');
+SELECT gd_drain('whole') AS steps;
+-- second's box done, second ships and ends: first is let in, ships again, and ends.
+SELECT gd_signal(i.id, 'boxed') FROM gd.instances i WHERE i.parent_id = :second;
+SELECT gd_drain('whole') AS steps;
+SELECT * FROM t.orders WHERE "order" IN ('first', 'second');
+-- cust:1's steps in the order they ran: first's run, second's, first's retry.
+SELECT string_agg(i.correlation_key || '.' || l.step, ' ' ORDER BY l.at) AS cust_1_order
+  FROM t.ledger l JOIN gd.instances i ON i.id = l.instance_id WHERE i.concurrency_key = 'cust:1';
+-- seat:1's interleave.
+SELECT string_agg(i.correlation_key || '.' || l.step, ' ' ORDER BY l.at) AS seat_1_order
+  FROM t.ledger l JOIN gd.instances i ON i.id = l.instance_id WHERE i.concurrency_key = 'seat:1';
+
+-- Narrowed to the step scope, a key lets its waiting instances in while its holder waits.
+SELECT gd_insert('cust_order', '{}', concurrency_key => 'cust:3', correlation_key => 'third-a') AS third_a,
+       gd_insert('cust_order', '{}', concurrency_key => 'cust:3', correlation_key => 'third-b') AS third_b \gset
+SELECT gd_drain('whole') AS steps;
+SELECT * FROM t.orders WHERE "order" LIKE 'third-%';
+SELECT gd_set_concurrency_limit('cust', 1, scope => 'step');
+SELECT * FROM t.orders WHERE "order" LIKE 'third-%';
+
+-- A child cannot wait for its parent's key of the run scope: the step
+-- fails, nothing spawned.
+SELECT gd_set_concurrency_limit('cust', 1, scope => 'run');
+CREATE FUNCTION t.greedy(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$
+    SELECT gd_spawn('[{"fsm": "cust_box", "concurrency_key": "cust:9"}]', 'end')
+$$;
+SELECT gd_define_fsm('greedy', initial => 'start', queue => 'whole',
+                     steps => '{"start": {"handler": "t.greedy(jsonb, gd.context)", "max_attempts": 1},
+                                "end": {"handler": "t.greedy(jsonb, gd.context)"}}') AS version;
+SELECT gd_insert('greedy', concurrency_key => 'cust:9') AS greedy \gset
+SELECT gd_drain('whole') AS steps;
+SELECT status, error->>'sqlstate' AS sqlstate, error->>'message' AS message FROM gd.instances WHERE id = :greedy;
+SELECT count(*) AS children FROM gd.instances WHERE parent_id = :greedy;
+
+-- Refusals: an unknown scope, or none; nothing changed.
+SELECT t.try($$SELECT gd_set_concurrency_limit('cust', 2, scope => 'forever')$$);
+SELECT t.try($$SELECT gd_set_concurrency_limit('cust', 2, scope => NULL)$$);
+SELECT name, max, scope FROM gd.concurrency_limits WHERE name = 'cust';
+DROP VIEW t.orders;

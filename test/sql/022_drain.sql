@@ -30,7 +30,7 @@ SELECT gd_define_fsm('drained', initial => 'a', queue => 'drain_q', steps => $${
 }$$);
 SELECT gd_set_concurrency_limit('drain_key', 1);
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION gd_set_concurrency_limit(text, int, boolean) TO regress_drain_owner;
+GRANT EXECUTE ON FUNCTION gd_set_concurrency_limit(text, int, boolean, text) TO regress_drain_owner;
 SET ROLE regress_drain_owner;
 SELECT gd_set_concurrency_limit('drain_key', 1);
 RESET ROLE;

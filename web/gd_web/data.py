@@ -273,11 +273,17 @@ def rate_limits(conn) -> List[Dict[str, Any]]:
          ORDER BY l.name""")
 
 
+# The statuses in which an instance holds a key, by the limit's scope (docs/reference.md, Flow control).
+HOLDING_STATUSES = {"step": ["runnable", "executing"],
+                    "run": ["runnable", "executing", "awaiting_signal", "awaiting_children"]}
+
+
 def concurrency_limits(conn) -> List[Dict[str, Any]]:
-    """Each limit with the instances the role sees running under it now, and waiting (one count each, by the
-    engine's key indexes: the name is a constant, so the view can hand the condition down)."""
+    """Each limit with the instances the role sees holding it now (running, or live for a limit of the run scope),
+    and waiting (one count each, by the engine's key indexes: the name is a constant, so the view can hand the
+    condition down)."""
     limits = rows(conn, """
-        SELECT l.name, l.max, l.shared, s.throttled
+        SELECT l.name, l.max, l.shared, l.scope, s.throttled
           FROM gd.concurrency_limits l
           LEFT JOIN gd.limit_stats s ON s.kind OPERATOR(pg_catalog.=) 'concurrency'
                                     AND s.name OPERATOR(pg_catalog.=) l.name AND s.partition IS NULL
@@ -288,12 +294,13 @@ def concurrency_limits(conn) -> List[Dict[str, Any]]:
             SELECT (SELECT pg_catalog.count(*) FROM gd.instances i
                      WHERE (i.concurrency_key OPERATOR(pg_catalog.=) %(name)s
                             OR pg_catalog.starts_with(i.concurrency_key, %(prefix)s))
-                       AND NOT i.gated AND i.status OPERATOR(pg_catalog.=) ANY ('{runnable,executing}')) AS running,
+                       AND NOT i.gated AND i.status OPERATOR(pg_catalog.=) ANY (%(holding)s)) AS holding,
                    (SELECT pg_catalog.count(*) FROM gd.instances i
                      WHERE (i.concurrency_key OPERATOR(pg_catalog.=) %(name)s
                             OR pg_catalog.starts_with(i.concurrency_key, %(prefix)s))
                        AND i.gated AND i.status OPERATOR(pg_catalog.=) 'runnable') AS waiting""",
-                          {"name": limit["name"], "prefix": limit["name"] + ":"})[0])
+                          {"name": limit["name"], "prefix": limit["name"] + ":",
+                           "holding": HOLDING_STATUSES[limit["scope"]]})[0])
     return limits
 
 

@@ -131,6 +131,7 @@ class AsOwner(AsRole):
     def test_schedules_and_limits(self):
         self.db.execute("SELECT gd_set_rate_limit(%s, 10, '1 minute')", [f"web_rate_{self.tag}"])
         self.db.execute("SELECT gd_set_concurrency_limit(%s, 2)", [f"web_room_{self.tag}"])
+        self.db.execute("SELECT gd_set_concurrency_limit(%s, 1, scope => 'run')", [f"web_order_{self.tag}"])
         with psycopg.connect(dsn_as("web_shop"), autocommit=True) as shop:
             shop.execute("SELECT gd_schedule(%s, '0 3 * * *', 'web_order', time_zone => 'Europe/Berlin')",
                          [f"nightly_{self.tag}"])
@@ -138,7 +139,8 @@ class AsOwner(AsRole):
         self.assertEqual(page.status_code, 200)
         self.assertIn(f"<td>nightly_{self.tag}</td><td><code>0 3 * * *</code></td><td>Europe/Berlin</td>", page.text)
         self.assertIn(f"<td>web_rate_{self.tag}</td><td>10 per 0:01:00</td>", page.text)
-        self.assertIn(f"<td>web_room_{self.tag}</td><td>2</td>", page.text)
+        self.assertIn(f"<td>web_room_{self.tag}</td><td>2</td><td>no</td>\n<td>each step</td>", page.text)
+        self.assertIn(f"<td>web_order_{self.tag}</td><td>1</td><td>no</td>\n<td>the whole run</td>", page.text)
 
 
 class AsStranger(AsRole):
