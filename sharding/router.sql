@@ -112,6 +112,11 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
      'SELECT status, step, attempt, result, error FROM @api@.gd_await(id, timeout, until)'),
     ('cancel(id bigint, reason text)', 'boolean', 'gd_router.partition_of(id)', 'SELECT @api@.gd_cancel(id, reason)'),
     ('retry(id bigint)', 'boolean', 'gd_router.partition_of(id)', 'SELECT @api@.gd_retry(id)'),
+    ('rewind(id bigint, step text, state jsonb)', 'boolean', 'gd_router.partition_of(id)',
+     'SELECT @api@.gd_rewind(id, step, state)'),
+    -- A fork starts on its source's partition.
+    ('fork(id bigint, entry int, state jsonb)', 'bigint', 'gd_router.partition_of(id)',
+     'SELECT @api@.gd_fork(id, entry, state)'),
     -- A schedule lives on the partition its name hashes to (on every
     -- partition it would fire once per partition); the instances it starts
     -- run there.
@@ -145,6 +150,9 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
      'SELECT CASE WHEN paused THEN @api@.gd_pause(queue) ELSE @api@.gd_resume(queue) END'),
     ('set_rate_limit_all(name text, rate int, per interval, burst int, shared boolean)', 'SETOF int', 'ALL',
      'SELECT 1 FROM @api@.gd_set_rate_limit(name, rate, per, burst, shared)'),
+    -- Each partition migrates its instances in its own transaction.
+    ('migrate_all(fsm text, from_version int, to_version int, step_map jsonb)', 'SETOF int', 'ALL',
+     'SELECT @api@.gd_migrate(fsm, from_version, to_version, step_map)'),
     ('set_concurrency_limit_all(name text, max int, shared boolean, scope text)', 'SETOF int', 'ALL',
      'SELECT 1 FROM @api@.gd_set_concurrency_limit(name, max, shared, scope)'),
     ('drop_limit_all(name text, rate boolean)', 'SETOF boolean', 'ALL',
@@ -248,6 +256,11 @@ SELECT pg_catalog.format($function$
      'RETURN QUERY SELECT * FROM gd_router.await(id, timeout, until)'),
     ('gd_cancel(id bigint, reason text DEFAULT NULL)', 'boolean', 'RETURN gd_router.cancel(id, reason)'),
     ('gd_retry(id bigint)', 'boolean', 'RETURN gd_router.retry(id)'),
+    ('gd_rewind(id bigint, step text, state jsonb DEFAULT NULL)', 'boolean', 'RETURN gd_router.rewind(id, step, state)'),
+    ('gd_fork(id bigint, entry int, state jsonb DEFAULT NULL)', 'bigint', 'RETURN gd_router.fork(id, entry, state)'),
+    ($$gd_migrate(fsm text, from_version int, to_version int, step_map jsonb DEFAULT '{}')$$, 'int',
+     $$RETURN (SELECT CAST(pg_catalog.sum(n) AS int)
+                 FROM gd_router.migrate_all(fsm, from_version, to_version, step_map) n)$$),
     ($$gd_define_fsm(name text, initial text, queue text DEFAULT 'default', version int DEFAULT 1,
                      state_defaults jsonb DEFAULT '{}', steps jsonb DEFAULT NULL, history boolean DEFAULT NULL,
                      from_version int DEFAULT NULL)$$,

@@ -40,6 +40,7 @@ constexpr WriterInfo writers[] = {
     {StatusWriter::resume, "resume", "a signal, the wait's timeout, or the last child's end"},
     {StatusWriter::revive, "revive", "gd_retry of a failed instance"},
     {StatusWriter::cancel, "cancel", "gd_cancel, of the instance and its live descendants"},
+    {StatusWriter::rewind, "rewind", "gd_rewind moved a failed or stuck instance back to a step"},
 };
 
 using S = Status;
@@ -71,6 +72,11 @@ constexpr StatusChange changes[] = {
     {W::cancel, S::executing, S::cancelled},
     {W::cancel, S::awaiting_signal, S::cancelled},
     {W::cancel, S::awaiting_children, S::cancelled},
+    {W::rewind, S::runnable, S::runnable},
+    {W::rewind, S::executing, S::runnable},
+    {W::rewind, S::awaiting_signal, S::runnable},
+    {W::rewind, S::awaiting_children, S::runnable},
+    {W::rewind, S::failed, S::runnable},
 };
 
 const char *writer_name(StatusWriter writer)

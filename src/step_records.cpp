@@ -26,8 +26,8 @@ extern "C" {
 /* History rows to insert, as the INSERT's array arguments, in the memory of the batch's writer. */
 struct HistoryBatch {
     int count, capacity;
-    Datum *ids, *attempts, *steps, *kinds, *started, *ended, *errors, *workers;
-    bool *error_nulls;
+    Datum *ids, *attempts, *steps, *kinds, *started, *ended, *errors, *workers, *states;
+    bool *error_nulls, *state_nulls;
 };
 static_assert(std::is_trivially_destructible_v<HistoryBatch>, "a HistoryBatch lives in palloc'd memory");
 
@@ -54,9 +54,10 @@ void add_row(HistoryBatch &batch, int64 id, const Transition &t)
 {
     if (batch.ids == nullptr) {
         for (Datum **column : {&batch.ids, &batch.attempts, &batch.steps, &batch.kinds, &batch.started, &batch.ended,
-                               &batch.errors, &batch.workers})
+                               &batch.errors, &batch.workers, &batch.states})
             *column = datum_array(batch.capacity);
         batch.error_nulls = static_cast<bool *>(palloc(sizeof(bool) * batch.capacity));
+        batch.state_nulls = static_cast<bool *>(palloc(sizeof(bool) * batch.capacity));
     }
     TimestampTz ended = t.ran.started_at != 0 ? t.ran.started_at + t.ran.duration_us : GetCurrentTimestamp();
     int i = batch.count++;
@@ -69,6 +70,8 @@ void add_row(HistoryBatch &batch, int64 id, const Transition &t)
     batch.errors[i] = t.to.error;
     batch.error_nulls[i] = t.to.error == 0;
     batch.workers[i] = CStringGetTextDatum(t.ran.worker != nullptr ? t.ran.worker : this_runner());
+    batch.states[i] = t.ran.state;
+    batch.state_nulls[i] = t.ran.state == 0;
 }
 
 } // namespace
@@ -87,19 +90,21 @@ void gd_write_history(HistoryBatch *batch)
     if (n == 0)
         return;
     batch->count = 0;
-    Datum args[8] = {gd_array_of(batch->ids, nullptr, n, INT8OID),
+    Datum args[9] = {gd_array_of(batch->ids, nullptr, n, INT8OID),
                      gd_array_of(batch->attempts, nullptr, n, INT4OID),
                      gd_array_of(batch->steps, nullptr, n, TEXTOID),
                      gd_array_of(batch->kinds, nullptr, n, TEXTOID),
                      gd_array_of(batch->started, nullptr, n, TIMESTAMPTZOID),
                      gd_array_of(batch->ended, nullptr, n, TIMESTAMPTZOID),
                      gd_array_of(batch->errors, batch->error_nulls, n, JSONBOID),
-                     gd_array_of(batch->workers, nullptr, n, TEXTOID)};
+                     gd_array_of(batch->workers, nullptr, n, TEXTOID),
+                     gd_array_of(batch->states, batch->state_nulls, n, JSONBOID)};
     if (gd_run_kept(insert_plan,
-                    "INSERT INTO gd._step_history (instance_id, attempt, step, kind, started_at, ended_at, error, worker)"
-                    " SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8)",
+                    "INSERT INTO gd._step_history (instance_id, attempt, step, kind, started_at, ended_at, error, worker,"
+                    "                              state)"
+                    " SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                     {INT8ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID,
-                     JSONBARRAYOID, TEXTARRAYOID},
+                     JSONBARRAYOID, TEXTARRAYOID, JSONBARRAYOID},
                     args, false, 0) != SPI_OK_INSERT)
         elog(ERROR, "gen_durable: could not append %d rows to the step history", n);
 }

@@ -59,6 +59,7 @@ Transition gd_transition_from(const PickedInstance &row)
     t.ran.fsm = row.fsm;
     t.ran.version = row.version;
     t.ran.step = row.step;
+    t.ran.state = row.state;
     t.ran.attempt = row.attempt;
     t.ran.event = StatEvent::count_;
     return t;

@@ -40,6 +40,7 @@ struct RanStep {
     const char *fsm;         /* the instance's FSM and version */
     int version;
     const char *step;
+    Datum state;             /* the state it started with (0: unknown), for the step history */
     int attempt;
     bool claimed;            /* an external worker's claim (else an executor's) */
     StatEvent event;         /* its outcome's step event (StatEvent::count_: no step ran to an outcome) */

@@ -214,11 +214,15 @@ CREATE TABLE IF NOT EXISTS gd._step_history (
     instance_id bigint NOT NULL,
     attempt     int NOT NULL,
     step        text NOT NULL,
-    kind        text NOT NULL,        -- the outcome's telemetry kind: next, retry, await, spawn, done, stop; lost (a lease expired)
+    kind        text NOT NULL,        -- the outcome's telemetry kind: next, retry, await, spawn, done, stop; lost (a lease expired);
+                                      -- or a repair: rewind, migrate, fork
     started_at  timestamptz NOT NULL,
     ended_at    timestamptz NOT NULL,
     error       jsonb,
-    worker      text NOT NULL         -- the executor, backend or external worker that ran the step
+    worker      text NOT NULL,        -- the executor, backend or external worker that ran the step; the role that repaired
+    -- (Columns added by an update come last here too.)
+    state       jsonb,                -- the state the step started with (what gd_fork starts from); a repair's state
+    detail      jsonb                 -- a repair's: who did it, and where the instance was
 );
 CREATE INDEX IF NOT EXISTS step_history_instance ON gd._step_history (instance_id, ended_at);
 

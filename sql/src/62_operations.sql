@@ -90,12 +90,12 @@ LANGUAGE sql AS $$ SELECT gd._set_paused(queue, false) $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_history(id bigint)
 RETURNS TABLE(attempt int, step text, kind text, started_at timestamptz, ended_at timestamptz, duration interval,
-              error jsonb, worker text)
+              error jsonb, worker text, entry int, state jsonb, detail jsonb)
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._history(id bigint)
 RETURNS TABLE(attempt int, step text, kind text, started_at timestamptz, ended_at timestamptz, duration interval,
-              error jsonb, worker text)
+              error jsonb, worker text, entry int, state jsonb, detail jsonb)
 LANGUAGE plpgsql AS $$
 DECLARE
     target gd._instances;
@@ -107,6 +107,7 @@ BEGIN
             HINT = 'Finished instances are swept after gen_durable.retention, with their history.';
     END IF;
     RETURN QUERY
-    SELECT h.attempt, h.step, h.kind, h.started_at, h.ended_at, h.ended_at - h.started_at, h.error, h.worker
+    SELECT h.attempt, h.step, h.kind, h.started_at, h.ended_at, h.ended_at - h.started_at, h.error, h.worker,
+           (row_number() OVER (ORDER BY h.ended_at))::int, h.state, h.detail
       FROM gd._step_history h WHERE h.instance_id = target.id ORDER BY h.ended_at;
 END $$;

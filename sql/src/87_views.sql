@@ -21,7 +21,7 @@ SELECT s.* FROM gd._signals s WHERE EXISTS (SELECT FROM gd.instances i WHERE i.i
 -- Their step history (FSM versions defined with history => true).
 CREATE OR REPLACE VIEW gd.step_history WITH (security_barrier) AS
 SELECT h.instance_id, h.attempt, h.step, h.kind, h.started_at, h.ended_at, h.ended_at - h.started_at AS duration,
-       h.error, h.worker
+       h.error, h.worker, h.state, h.detail
   FROM gd._step_history h WHERE EXISTS (SELECT FROM gd.instances i WHERE i.id = h.instance_id);
 
 -- The changes the engine makes to an instance's status, by whom (src/instance_status.cpp).

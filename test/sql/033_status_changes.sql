@@ -18,7 +18,7 @@ SELECT writer, coalesce(from_status, '(new)') AS from_status, to_status FROM gd.
 SELECT coalesce(from_status, '(new)') AS from_status,
        string_agg(DISTINCT to_status || ' by ' || writer, ', ') AS to_by
   FROM gd.status_changes GROUP BY 1 ORDER BY 1;
--- Every status is reached, and only terminal statuses are never left but by gd_retry of a failed one.
+-- Every status is reached, and only terminal statuses are never left but by gd_retry or gd_rewind of a failed one.
 SELECT s AS unreached FROM unnest(gd._live_statuses() || gd._terminal_statuses()) s
  WHERE s NOT IN (SELECT to_status FROM gd.status_changes);
 SELECT DISTINCT from_status AS terminal_left FROM gd.status_changes
@@ -28,7 +28,7 @@ SELECT DISTINCT from_status AS terminal_left FROM gd.status_changes
 -- of, and the status it writes, refused when the table does not allow it.
 SELECT w AS writer, gd._statuses_before(w) AS before
   FROM unnest(ARRAY['insert', 'step', 'completion', 'claim', 'release', 'lease_expiry', 'crash', 'resume',
-                    'revive', 'cancel']) w;
+                    'revive', 'cancel', 'rewind']) w;
 SELECT gd._status_after('claim', 'executing') AS claimed;
 SELECT t.try($$SELECT gd._status_after('claim', 'done')$$);
 SELECT t.try($$SELECT gd._status_after('revive', 'cancelled')$$);
