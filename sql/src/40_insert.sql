@@ -203,11 +203,16 @@ BEGIN
         SELECT * INTO occupant FROM gd._instances i
          WHERE i.correlation_key = _insert_instance.correlation_key AND i.owner = fsm_row.owner
            AND i.status = ANY (i.correlation_scope);
-        IF FOUND THEN
+        IF FOUND AND debounce IS NOT NULL THEN
             -- (Joined only if of the FSM inserted, which the caller may use.)
-            IF debounce IS NOT NULL AND gd._debounce_join(occupant, fsm_row.name, first_step, state, parent_id, run_at) THEN
+            IF gd._debounce_join(occupant, fsm_row.name, first_step, state, parent_id, run_at) THEN
                 RETURN occupant.id;
             END IF;
+            -- Not to be joined: a duplicate if it still holds the key (its step
+            -- that ran meanwhile may have ended it).
+            SELECT * INTO occupant FROM gd._instances i WHERE i.id = occupant.id AND i.status = ANY (i.correlation_scope);
+        END IF;
+        IF FOUND THEN
             EXIT;
         END IF;
         -- the occupant left the scope between our insert and our look-up: try again
