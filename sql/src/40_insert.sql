@@ -17,7 +17,7 @@ CREATE TABLE IF NOT EXISTS gd._throttles (
 -- `run_at`: then, or at the key's next free start ('queue'), or NULL when
 -- the key started one too recently ('drop').  Locks the key's row until
 -- commit, so concurrent inserts of one key take their turns one by one;
--- the caller records the start (gd._throttle_started) only if it inserts.
+-- the caller moves next_start on only if it inserts.
 CREATE OR REPLACE FUNCTION gd._throttle_slot(owner regrole, key text, run_at timestamptz, on_throttle text)
 RETURNS timestamptz LANGUAGE plpgsql AS $$
 DECLARE
@@ -80,6 +80,7 @@ DECLARE
     first_step text;
     run_at timestamptz;
     must_wait boolean;   -- gated: no room under the concurrency key yet
+    timing_option text := CASE WHEN debounce IS NOT NULL THEN 'debounce' ELSE 'throttle' END;   -- named in a refusal
 BEGIN
     fsm_row := gd._ready_fsm(fsm);
     PERFORM gd._check_may_use(caller, fsm_row.name);
@@ -118,18 +119,18 @@ BEGIN
         ELSIF debounce IS NOT NULL AND (eligible_at IS NOT NULL OR schedule_in IS NOT NULL) THEN
             PERFORM gd._bad_argument('debounce sets when the instance runs: give no eligible_at or schedule_in with it');
         ELSIF coalesce(debounce, throttle) <= interval '0' THEN
-            PERFORM gd._bad_argument(format('%s must be more than 0, got %s',
-                                            CASE WHEN debounce IS NULL THEN 'throttle' ELSE 'debounce' END,
-                                            coalesce(debounce, throttle)));
+            PERFORM gd._bad_argument(format('%s must be more than 0, got %s', timing_option, coalesce(debounce, throttle)));
         END IF;
+        PERFORM gd._check_interval(coalesce(debounce, throttle), timing_option);
     END IF;
     IF on_throttle IS NULL OR on_throttle NOT IN ('drop', 'queue') THEN
         PERFORM gd._bad_argument(format('on_throttle must be drop or queue, got %L', on_throttle));
     END IF;
     run_at := coalesce(eligible_at, now());
-    IF schedule_in IS NOT NULL OR debounce IS NOT NULL THEN
-        run_at := clock_timestamp() + gd._check_interval(coalesce(schedule_in, debounce),
-                                                         CASE WHEN debounce IS NULL THEN 'schedule_in' ELSE 'debounce' END);
+    IF schedule_in IS NOT NULL THEN
+        run_at := clock_timestamp() + gd._check_interval(schedule_in, 'schedule_in');
+    ELSIF debounce IS NOT NULL THEN
+        run_at := clock_timestamp() + debounce;
     END IF;
     IF correlation_scope IS NULL AND throttle IS NOT NULL THEN
         -- A throttled key spaces its instances out; it does not keep them unique.
@@ -170,7 +171,6 @@ BEGIN
         must_wait := gd._must_gate(fsm_row.owner, concurrency_key);
     END IF;
     IF throttle IS NOT NULL THEN
-        PERFORM gd._check_interval(throttle, 'throttle');
         run_at := gd._throttle_slot(fsm_row.owner, correlation_key, run_at, on_throttle);
         IF run_at IS NULL THEN
             RETURN NULL;
