@@ -170,7 +170,7 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
 -- Each entry to its key's partition (as gd_router.partition_for),
 -- one call per partition; the ids come back in the entries' order, as the
 -- engine's do (a partition's ids are in its entries' order; if it dropped a
--- duplicate, its ids fill its first entries' places).
+-- duplicate or a throttled entry, its ids fill its first entries' places).
 CREATE OR REPLACE FUNCTION gd_router.insert_all(fsm text, entries jsonb) RETURNS SETOF bigint LANGUAGE sql
 SET search_path = pg_catalog, pg_temp AS $$
     WITH placed AS (
