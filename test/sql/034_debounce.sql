@@ -71,6 +71,18 @@ SELECT array_agg(new_id) = ARRAY[:doc2_id, :doc2_id]::bigint[] AS both_joined FR
     {"state": {"n": 4}, "correlation_key": "doc-2", "debounce": "1 minute"}
 ]') AS new_id;
 SELECT state->>'n' AS n FROM gd.instances WHERE id = :doc2_id;
+-- gd_spawn's children too: two debounced children of one key are one child.
+CREATE FUNCTION t.fan_out(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$
+    SELECT gd_spawn('[{"fsm": "burst", "state": {"n": 1}, "correlation_key": "kid", "debounce": "1 minute"},
+                      {"fsm": "burst", "state": {"n": 2}, "correlation_key": "kid", "debounce": "1 minute"}]',
+                    then_step => 'end')
+$$;
+SELECT gd_define_fsm('fan', initial => 'start', queue => 'burst');
+SELECT gd_define_step('fan', 'start', 't.fan_out(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_step('fan', 'end', 't.record_run(jsonb, gd.context)'::regprocedure);
+SELECT gd_insert('fan') AS fan_id \gset
+SELECT gd_drain('burst') AS steps_run;
+SELECT count(*) AS children, min(state->>'n') AS n FROM gd.instances WHERE parent_id = :fan_id;
 
 -- Throttle 'drop': at most one instance of a key per period; the rest are
 -- not inserted (NULL).  A throttled key does not keep its instances unique.
