@@ -97,10 +97,11 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
     -- One partition, by key or id.
     ($$insert(fsm text, state jsonb, step text, queue text, priority int, concurrency_key text, correlation_key text,
               correlation_scope text[], rate_limit text, weight int, eligible_at timestamptz, schedule_in interval,
-              on_duplicate text, trace_context text)$$, 'bigint',
-     'gd_router.partition_for(coalesce(correlation_key, concurrency_key, rate_limit))',
+              on_duplicate text, trace_context text, debounce interval, throttle interval, on_throttle text)$$,
+     'bigint', 'gd_router.partition_for(coalesce(correlation_key, concurrency_key, rate_limit))',
      $$SELECT @api@.gd_insert(fsm, state, step, queue, priority, concurrency_key, correlation_key, correlation_scope,
-                              rate_limit, weight, eligible_at, schedule_in, on_duplicate, trace_context)$$),
+                              rate_limit, weight, eligible_at, schedule_in, on_duplicate, trace_context, debounce,
+                              throttle, on_throttle)$$),
     ('insert_all_on(partition int, fsm text, entries jsonb)', 'SETOF bigint', 'partition',
      'SELECT @api@.gd_insert_all(fsm, entries)'),
     ('signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean, expires interval)', 'boolean',
@@ -177,7 +178,7 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
 -- Each entry to its key's partition (as gd_router.partition_for),
 -- one call per partition; the ids come back in the entries' order, as the
 -- engine's do (a partition's ids are in its entries' order; if it dropped a
--- duplicate, its ids fill its first entries' places).
+-- duplicate or a throttled entry, its ids fill its first entries' places).
 CREATE OR REPLACE FUNCTION gd_router.insert_all(fsm text, entries jsonb) RETURNS SETOF bigint LANGUAGE sql
 SET search_path = pg_catalog, pg_temp AS $$
     WITH placed AS (
@@ -239,10 +240,12 @@ SELECT pg_catalog.format($function$
                  priority int DEFAULT 0, concurrency_key text DEFAULT NULL, correlation_key text DEFAULT NULL,
                  correlation_scope text[] DEFAULT NULL, rate_limit text DEFAULT NULL, weight int DEFAULT 1,
                  eligible_at timestamptz DEFAULT NULL, schedule_in interval DEFAULT NULL,
-                 on_duplicate text DEFAULT 'error', trace_context text DEFAULT NULL)$$, 'bigint',
+                 on_duplicate text DEFAULT 'error', trace_context text DEFAULT NULL,
+                 debounce interval DEFAULT NULL, throttle interval DEFAULT NULL,
+                 on_throttle text DEFAULT 'drop')$$, 'bigint',
      $$RETURN gd_router.insert(fsm, state, step, queue, priority, concurrency_key, correlation_key,
                                correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate,
-                               trace_context)$$),
+                               trace_context, debounce, throttle, on_throttle)$$),
     ('gd_insert_all(fsm text, entries jsonb)', 'SETOF bigint',
      'RETURN QUERY SELECT gd_router.insert_all(fsm, entries)'),
     ($$gd_signal(target bigint, name text, payload jsonb DEFAULT '{}', dedup_key text DEFAULT NULL,

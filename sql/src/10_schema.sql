@@ -127,7 +127,11 @@ CREATE TABLE IF NOT EXISTS gd._instances (
     claimed_at        timestamptz,        -- when an external worker claimed the current step
     -- The current visit of its step (ctx.idempotency_key): kept by the visit's
     -- retries, reclaims and workers, made anew when the instance leaves the step.
-    visit_key         uuid NOT NULL DEFAULT gen_random_uuid()
+    visit_key         uuid NOT NULL DEFAULT gen_random_uuid(),
+    -- When a debounced insert last set the instance (inserted it, or joined
+    -- it with a later state).  Equal to updated_at until its first step
+    -- starts: every transition writes updated_at, never this.
+    debounced_at      timestamptz
     -- (fsm, version) names a row of gd._fsms: checked by every insert path, and
     -- gd._fsms refuses to lose a definition in use (gd._fsm_in_use below).  Not
     -- a foreign key: its check would weigh on every inserted row and lock the

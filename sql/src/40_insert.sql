@@ -2,14 +2,73 @@
 -- Inserting instances
 -- ---------------------------------------------------------------------------
 
+-- The last start per correlation key of inserts with `throttle` (in the key
+-- space of the FSMs' owner): the next instance of the key may start no
+-- earlier than next_start.  A row whose next_start has passed says nothing
+-- (the collector deletes it).
+CREATE TABLE IF NOT EXISTS gd._throttles (
+    owner      regrole NOT NULL,
+    key        text NOT NULL,
+    next_start timestamptz NOT NULL,
+    PRIMARY KEY (owner, key)
+);
+
+-- When an insert throttled under `key` may start, asked to start at
+-- `run_at`: then, or at the key's next free start ('queue'), or NULL when
+-- the key started one too recently ('drop').  Locks the key's row until
+-- commit, so concurrent inserts of one key take their turns one by one;
+-- the caller moves next_start on only if it inserts.
+CREATE OR REPLACE FUNCTION gd._throttle_slot(owner regrole, key text, run_at timestamptz, on_throttle text)
+RETURNS timestamptz LANGUAGE plpgsql AS $$
+DECLARE
+    next_free timestamptz;
+BEGIN
+    INSERT INTO gd._throttles AS t (owner, key, next_start) VALUES (owner, key, '-infinity')
+    ON CONFLICT ON CONSTRAINT _throttles_pkey DO UPDATE SET next_start = t.next_start
+    RETURNING t.next_start INTO next_free;
+    IF next_free <= run_at THEN
+        RETURN run_at;
+    END IF;
+    RETURN CASE on_throttle WHEN 'queue' THEN next_free END;
+END $$;
+
+-- A debounced insert finding its correlation key held by `occupant`: if the
+-- occupant is a debounced instance of the same FSM, step and parent whose
+-- first step has not started, it takes the later insert's state (over its
+-- version's defaults) and runs at `run_at` instead; true then.  The UPDATE
+-- waits for a step of the occupant that is running and, if that step moved
+-- it on, leaves it alone: one run, with the last state.
+CREATE OR REPLACE FUNCTION gd._debounce_join(occupant gd._instances, fsm text, first_step text, state jsonb,
+                                             parent_id bigint, run_at timestamptz) RETURNS boolean
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    UPDATE gd._instances i
+       SET state = (SELECT f.state_defaults FROM gd._fsms f WHERE f.name = i.fsm AND f.version = i.version)
+                   || _debounce_join.state,
+           eligible_at = run_at, updated_at = now(), debounced_at = now()
+     WHERE i.id = occupant.id AND i.status = 'runnable' AND i.updated_at = i.debounced_at
+       AND i.fsm = _debounce_join.fsm AND i.step = first_step
+       AND i.parent_id IS NOT DISTINCT FROM _debounce_join.parent_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF NOT occupant.gated THEN
+        PERFORM gd._wake_on_commit(occupant.queue, occupant.priority, run_at, occupant.id);
+    END IF;
+    RETURN true;
+END $$;
+
 -- The one insert path behind gd_insert, gd_insert_all and gd_spawn, with
--- the rights of `caller`.  Returns the new id, or for a duplicate
--- correlation key what on_duplicate says.
+-- the rights of `caller`.  Returns the new id; for a duplicate correlation
+-- key the debounced instance it joined, or else what on_duplicate says; NULL
+-- when throttled away.
 CREATE OR REPLACE FUNCTION gd._insert_instance(caller oid, fsm text, state jsonb, step text, queue text, priority int,
                                     concurrency_key text, correlation_key text, correlation_scope text[],
                                     rate_limit text, weight int, eligible_at timestamptz,
                                     schedule_in interval, on_duplicate text, parent_id bigint DEFAULT NULL,
-                                    trace_context text DEFAULT NULL)
+                                    trace_context text DEFAULT NULL, debounce interval DEFAULT NULL,
+                                    throttle interval DEFAULT NULL, on_throttle text DEFAULT 'drop')
 RETURNS bigint LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -21,6 +80,7 @@ DECLARE
     first_step text;
     run_at timestamptz;
     must_wait boolean;   -- gated: no room under the concurrency key yet
+    timing_option text := CASE WHEN debounce IS NOT NULL THEN 'debounce' ELSE 'throttle' END;   -- named in a refusal
 BEGIN
     fsm_row := gd._ready_fsm(fsm);
     PERFORM gd._check_may_use(caller, fsm_row.name);
@@ -51,11 +111,31 @@ BEGIN
     IF eligible_at = '-infinity' THEN   -- (infinity is "never": until retried or cancelled)
         PERFORM gd._bad_argument('eligible_at must not be -infinity');
     END IF;
+    IF debounce IS NOT NULL OR throttle IS NOT NULL THEN
+        IF correlation_key IS NULL THEN
+            PERFORM gd._bad_argument('debounce and throttle need a correlation_key, the key they act on');
+        ELSIF debounce IS NOT NULL AND throttle IS NOT NULL THEN
+            PERFORM gd._bad_argument('give debounce or throttle, not both');
+        ELSIF debounce IS NOT NULL AND (eligible_at IS NOT NULL OR schedule_in IS NOT NULL) THEN
+            PERFORM gd._bad_argument('debounce sets when the instance runs: give no eligible_at or schedule_in with it');
+        ELSIF coalesce(debounce, throttle) <= interval '0' THEN
+            PERFORM gd._bad_argument(format('%s must be more than 0, got %s', timing_option, coalesce(debounce, throttle)));
+        END IF;
+        PERFORM gd._check_interval(coalesce(debounce, throttle), timing_option);
+    END IF;
+    IF on_throttle IS NULL OR on_throttle NOT IN ('drop', 'queue') THEN
+        PERFORM gd._bad_argument(format('on_throttle must be drop or queue, got %L', on_throttle));
+    END IF;
     run_at := coalesce(eligible_at, now());
     IF schedule_in IS NOT NULL THEN
         run_at := clock_timestamp() + gd._check_interval(schedule_in, 'schedule_in');
+    ELSIF debounce IS NOT NULL THEN
+        run_at := clock_timestamp() + debounce;
     END IF;
-    IF correlation_scope IS NULL THEN
+    IF correlation_scope IS NULL AND throttle IS NOT NULL THEN
+        -- A throttled key spaces its instances out; it does not keep them unique.
+        correlation_scope := '{}';
+    ELSIF correlation_scope IS NULL THEN
         correlation_scope := gd._live_statuses();
     ELSIF array_ndims(correlation_scope) > 1 THEN
         PERFORM gd._bad_argument(format('correlation_scope must be a one-dimensional array of statuses, got %s',
@@ -90,15 +170,22 @@ BEGIN
         END IF;
         must_wait := gd._must_gate(fsm_row.owner, concurrency_key);
     END IF;
+    IF throttle IS NOT NULL THEN
+        run_at := gd._throttle_slot(fsm_row.owner, correlation_key, run_at, on_throttle);
+        IF run_at IS NULL THEN
+            RETURN NULL;
+        END IF;
+    END IF;
 
     LOOP
         INSERT INTO gd._instances AS i (status, fsm, version, owner, step, state, queue, home_queue, external, priority,
                                         concurrency_key, gated, correlation_key, correlation_scope, rate_limit,
-                                        weight, eligible_at, parent_id, trace_context)
+                                        weight, eligible_at, parent_id, trace_context, updated_at, debounced_at)
         VALUES (gd._status_after('insert', 'runnable'), fsm_row.name, fsm_row.version, fsm_row.owner, first_step,
                 fsm_row.state_defaults || state,
                 route.queue, route.home_queue, first.handler IS NULL, priority, concurrency_key, must_wait,
-                correlation_key, correlation_scope, rate_limit, weight, run_at, parent_id, trace_context)
+                correlation_key, correlation_scope, rate_limit, weight, run_at, parent_id, trace_context,
+                now(), CASE WHEN debounce IS NOT NULL THEN now() END)
         ON CONFLICT (correlation_key, owner) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope)
         DO NOTHING
         RETURNING i.id INTO new_id;
@@ -106,12 +193,25 @@ BEGIN
             IF NOT must_wait THEN
                 PERFORM gd._wake_on_commit(route.queue, priority, run_at, new_id);
             END IF;
+            IF throttle IS NOT NULL THEN
+                UPDATE gd._throttles t SET next_start = run_at + throttle
+                 WHERE t.owner = fsm_row.owner AND t.key = _insert_instance.correlation_key;
+            END IF;
             PERFORM gd._emit_inserted(ARRAY[new_id]);
             RETURN new_id;
         END IF;
         SELECT * INTO occupant FROM gd._instances i
          WHERE i.correlation_key = _insert_instance.correlation_key AND i.owner = fsm_row.owner
            AND i.status = ANY (i.correlation_scope);
+        IF FOUND AND debounce IS NOT NULL THEN
+            -- (Joined only if of the FSM inserted, which the caller may use.)
+            IF gd._debounce_join(occupant, fsm_row.name, first_step, state, parent_id, run_at) THEN
+                RETURN occupant.id;
+            END IF;
+            -- Not to be joined: a duplicate if it still holds the key (its step
+            -- that ran meanwhile may have ended it).
+            SELECT * INTO occupant FROM gd._instances i WHERE i.id = occupant.id AND i.status = ANY (i.correlation_scope);
+        END IF;
         IF FOUND THEN
             EXIT;
         END IF;
@@ -141,16 +241,18 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '
                                       correlation_scope text[] DEFAULT NULL, rate_limit text DEFAULT NULL,
                                       weight int DEFAULT 1, eligible_at timestamptz DEFAULT NULL,
                                       schedule_in interval DEFAULT NULL, on_duplicate text DEFAULT 'error',
-                                      trace_context text DEFAULT NULL)
+                                      trace_context text DEFAULT NULL, debounce interval DEFAULT NULL,
+                                      throttle interval DEFAULT NULL, on_throttle text DEFAULT 'drop')
 RETURNS bigint LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._insert(fsm text, state jsonb, step text, queue text, priority int, concurrency_key text,
                            correlation_key text, correlation_scope text[], rate_limit text, weight int,
-                           eligible_at timestamptz, schedule_in interval, on_duplicate text, trace_context text)
+                           eligible_at timestamptz, schedule_in interval, on_duplicate text, trace_context text,
+                           debounce interval, throttle interval, on_throttle text)
 RETURNS bigint LANGUAGE sql
 AS $$ SELECT gd._insert_instance(gd._caller(), fsm, state, step, queue, priority, concurrency_key, correlation_key,
                                  correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate, NULL,
-                                 trace_context) $$;
+                                 trace_context, debounce, throttle, on_throttle) $$;
 
 -- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert_instance.
 CREATE OR REPLACE FUNCTION gd._insert_entry(caller oid, default_fsm text, entry jsonb, on_duplicate text,
@@ -162,7 +264,8 @@ BEGIN
     PERFORM gd._check_json(entry, 'object', 'each entry must be a JSON object of insert options');
     SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(entry) k
      WHERE k NOT IN ('fsm', 'state', 'step', 'queue', 'priority', 'concurrency_key', 'correlation_key',
-                     'correlation_scope', 'rate_limit', 'weight', 'eligible_at', 'schedule_in', 'trace_context');
+                     'correlation_scope', 'rate_limit', 'weight', 'eligible_at', 'schedule_in', 'trace_context',
+                     'debounce', 'throttle', 'on_throttle');
     IF unknown IS NOT NULL THEN
         PERFORM gd._bad_argument(format('unknown insert option %s', unknown), format('In entry %s.', entry));
     END IF;
@@ -181,7 +284,10 @@ BEGIN
                       gd._entry_int(entry, 'weight', 1),
                       gd._entry_cast(entry, 'eligible_at', NULL::timestamptz),
                       gd._entry_cast(entry, 'schedule_in', NULL::interval),
-                      on_duplicate, parent_id, entry->>'trace_context');
+                      on_duplicate, parent_id, entry->>'trace_context',
+                      gd._entry_cast(entry, 'debounce', NULL::interval),
+                      gd._entry_cast(entry, 'throttle', NULL::interval),
+                      coalesce(entry->>'on_throttle', 'drop'));
 END $$;
 
 -- The FSM of entries that need nothing but an insert each (objects with at

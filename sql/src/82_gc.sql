@@ -1,5 +1,5 @@
 -- ---------------------------------------------------------------------------
--- Garbage collection: finished instances and idle buckets; early vacuum of the hot tables
+-- Garbage collection: finished instances, idle buckets and throttles; early vacuum of the hot tables
 -- ---------------------------------------------------------------------------
 
 -- GC: terminal instances that finished longer than `retention` ago, and not
@@ -46,6 +46,10 @@ BEGIN
                        OR (coalesce(k.reserved_until, k.refilled_at) < clock_timestamp()
                            AND k.refilled_at + (l.burst - k.tokens) * l.per / l.rate < clock_timestamp()))
                 LIMIT batch FOR UPDATE OF k SKIP LOCKED);
+    -- Throttled keys whose next start has passed: they hold nothing back.
+    DELETE FROM gd._throttles t
+     WHERE (t.owner, t.key) IN (SELECT k.owner, k.key FROM gd._throttles k WHERE k.next_start < clock_timestamp()
+                                 LIMIT batch FOR UPDATE SKIP LOCKED);
 END $$;
 
 -- Hot, update-heavy queue tables: vacuum them early and without throttling,

@@ -39,7 +39,7 @@ BEGIN
     -- one call per statement: each updates the extension's catalog row
     FOREACH relation IN ARRAY ARRAY['gd._queues', 'gd._fsms', 'gd._steps', 'gd._grants', 'gd._instances', 'gd._signals',
                                     'gd._concurrency_limits', 'gd._rate_limits', 'gd._rate_buckets', 'gd._schedules',
-                                    'gd._step_history',
+                                    'gd._step_history', 'gd._throttles',
                                     'gd._instances_id_seq', 'gd._signals_id_seq', 'gd._lease_tokens'] LOOP
         PERFORM pg_extension_config_dump(relation::regclass, '');
     END LOOP;

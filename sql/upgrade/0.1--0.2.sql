@@ -59,9 +59,11 @@ BEGIN
 END $$;
 
 -- Instances: each in its owner's key space (correlation keys, concurrency
--- keys); home_queue for steps on queues of their own.  Rewrites the table.
+-- keys); home_queue for steps on queues of their own; debounced_at for
+-- debounced inserts.  Rewrites the table.
 ALTER TABLE gd._instances ADD COLUMN owner regrole, ADD COLUMN home_queue text, ADD COLUMN trace_context text,
-    ADD COLUMN claimed_at timestamptz, ADD COLUMN visit_key uuid NOT NULL DEFAULT gen_random_uuid();
+    ADD COLUMN claimed_at timestamptz, ADD COLUMN visit_key uuid NOT NULL DEFAULT gen_random_uuid(),
+    ADD COLUMN debounced_at timestamptz;
 UPDATE gd._instances i SET owner = f.owner FROM gd._fsms f WHERE f.name = i.fsm AND f.version = i.version;
 DO $$
 DECLARE

@@ -4,6 +4,7 @@ escaping, keyset paging and filters."""
 
 import json
 import re
+from datetime import timedelta
 
 import psycopg
 
@@ -60,6 +61,14 @@ class AsOwner(AsRole):
         self.assertIn('id="history"', page.text)
         self.assertIn("<code>web_shop.step(jsonb,gd.context)</code>", page.text)
         self.assertEqual(self.client.get("/instances/999999999").status_code, 404)
+
+    def test_instance_page_shows_a_pending_debounce(self):
+        pending = self.insert({"n": 1}, correlation_key="web-debounced", debounce=timedelta(hours=1))
+        self.assertEqual(self.insert({"n": 2}, correlation_key="web-debounced", debounce=timedelta(hours=1)), pending)
+        page = self.client.get(f"/instances/{pending}").text
+        self.assertIn("pending: debounced inserts of its key join it", page)
+        self.assertIn("&#34;n&#34;: 2", page)
+        self.assertNotIn("debounced", self.client.get(f"/instances/{self.insert({'n': 3})}").text)
 
     def test_signal_cancel_retry_and_bulk(self):
         order = self.insert({"n": 1})

@@ -9,16 +9,18 @@ const { interval, insertEntry } = require('./outcomes');
 const { statements, apiSchemaOption, SQL } = require('./sql');
 
 const INSERT_OPTIONS = ['step', 'queue', 'priority', 'concurrencyKey', 'correlationKey', 'correlationScope',
-  'rateLimit', 'weight', 'eligibleAt', 'scheduleIn', 'onDuplicate', 'traceContext'];
+  'rateLimit', 'weight', 'eligibleAt', 'scheduleIn', 'onDuplicate', 'traceContext', 'debounce', 'throttle',
+  'onThrottle'];
 
 /** gd_insert's parameters, in order, the defaults where `options` says nothing. */
 function insertParameters(fsm, state, options) {
   const unknown = Object.keys(options).filter((k) => !INSERT_OPTIONS.includes(k));
   if (unknown.length) throw new TypeError(`unknown insert options: ${unknown.join(', ')}`);
-  const o = { priority: 0, weight: 1, onDuplicate: 'error', ...options };
+  const o = { priority: 0, weight: 1, onDuplicate: 'error', onThrottle: 'drop', ...options };
   return [fsm, JSON.stringify(state ?? {}), o.step ?? null, o.queue ?? null, o.priority, o.concurrencyKey ?? null,
     o.correlationKey ?? null, o.correlationScope ?? null, o.rateLimit ?? null, o.weight, o.eligibleAt ?? null,
-    interval(o.scheduleIn) ?? null, o.onDuplicate, o.traceContext ?? null];
+    interval(o.scheduleIn) ?? null, o.onDuplicate, o.traceContext ?? null, interval(o.debounce) ?? null,
+    interval(o.throttle) ?? null, o.onThrottle];
 }
 
 /** A pooler (or another proxy) sits between us when the server does not listen on the port reached. */
@@ -98,7 +100,8 @@ class Client {
     return rows[0];
   }
 
-  /** gd_insert: the new instance's id, or null when onDuplicate: 'skip' skipped it. */
+  /** gd_insert: the new instance's id (or the pending one a debounced insert joined), or null when
+   * onDuplicate: 'skip' skipped it or onThrottle: 'drop' dropped it. */
   async insert(fsm, state = {}, options = {}) {
     return toId((await this.one((await this.sql()).insert, insertParameters(fsm, state, options))).id);
   }

@@ -33,6 +33,11 @@ export interface InsertOptions {
   scheduleIn?: Seconds;
   onDuplicate?: 'error' | 'existing' | 'skip';
   traceContext?: string;
+  /** Join the key's pending debounced instance (its state replaced), to run this long after the last insert. */
+  debounce?: Seconds;
+  /** At most one instance of the key per period; the others dropped (null) or queued, as onThrottle says. */
+  throttle?: Seconds;
+  onThrottle?: 'drop' | 'queue';
 }
 /** An entry of insertAll, or a child of spawn: insert's options but onDuplicate. */
 export type InsertEntry = Omit<InsertOptions, 'onDuplicate'>;

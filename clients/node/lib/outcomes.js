@@ -25,8 +25,11 @@ const isOutcome = (value) => value != null && value[OUTCOME] === true;
 const ENTRY_OPTIONS = {
   fsm: 'fsm', state: 'state', step: 'step', queue: 'queue', priority: 'priority', concurrencyKey: 'concurrency_key',
   correlationKey: 'correlation_key', correlationScope: 'correlation_scope', rateLimit: 'rate_limit', weight: 'weight',
-  eligibleAt: 'eligible_at', scheduleIn: 'schedule_in', traceContext: 'trace_context',
+  eligibleAt: 'eligible_at', scheduleIn: 'schedule_in', traceContext: 'trace_context', debounce: 'debounce',
+  throttle: 'throttle', onThrottle: 'on_throttle',
 };
+/* The entry options given in seconds, sent as intervals. */
+const INTERVAL_OPTIONS = new Set(['scheduleIn', 'debounce', 'throttle']);
 
 /** An insert option object (as insert's, less onDuplicate) as gd_insert_all's entries and gd_spawn's children take it. */
 function insertEntry(options) {
@@ -35,7 +38,7 @@ function insertEntry(options) {
     const key = ENTRY_OPTIONS[name];
     if (key === undefined) throw new TypeError(`unknown insert entry option: ${name}`);
     if (value === undefined || value === null) continue;
-    entry[key] = name === 'scheduleIn' ? interval(value) : value;
+    entry[key] = INTERVAL_OPTIONS.has(name) ? interval(value) : value;
   }
   return entry;
 }

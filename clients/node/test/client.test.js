@@ -64,6 +64,27 @@ test('insert options, duplicates and scheduling', async (t) => {
   await assert.rejects(client.insert(fsm, {}, { colour: 'red' }), TypeError);
 });
 
+test('insert: debounce and throttle', async (t) => {
+  const { s, fsm, client } = await setup(t);
+  const key = s.name('debounced');
+  const first = await client.insert(fsm, { n: 1 }, { correlationKey: key, debounce: 60 });
+  assert.equal(await client.insert(fsm, { n: 2 }, { correlationKey: key, debounce: 120 }), first);
+  const { rows: [row] } = await s.db.query(
+    "SELECT state->>'n' AS n, extract(epoch FROM eligible_at - now())::int AS wait FROM gd.instances WHERE id = $1",
+    [first]);
+  assert.equal(row.n, '2');
+  assert.ok(row.wait >= 110 && row.wait <= 120, `runs 120 s after the later insert, not ${row.wait}`);
+  const throttled = s.name('throttled');
+  assert.notEqual(await client.insert(fsm, {}, { correlationKey: throttled, throttle: 3600 }), null);
+  assert.equal(await client.insert(fsm, {}, { correlationKey: throttled, throttle: 3600 }), null);
+  assert.notEqual(await client.insert(fsm, {}, { correlationKey: throttled, throttle: 3600, onThrottle: 'queue' }),
+    null);
+  const bulk = s.name('bulk');
+  const ids = await client.insertAll(fsm, [{ correlationKey: bulk, throttle: 3600 },
+    { correlationKey: bulk, throttle: 3600 }, { correlationKey: bulk, throttle: 3600, onThrottle: 'queue' }]);
+  assert.equal(ids.length, 2, 'the second dropped, the third queued');
+});
+
 test('insertAll', async (t) => {
   const { s, fsm, client } = await setup(t);
   const ids = await client.insertAll(fsm, [0, 1, 2, 3, 4].map((n) => ({ state: { n } })));

@@ -63,6 +63,23 @@ class ClientTest(ServerTest):
         with self.assertRaises(TypeError):
             self.client.insert(self.fsm, colour="red")
 
+    def test_debounce_and_throttle(self):
+        key = self.name("debounced")
+        first = self.client.insert(self.fsm, {"n": 1}, correlation_key=key, debounce=60)
+        self.assertEqual(self.client.insert(self.fsm, {"n": 2}, correlation_key=key, debounce=120), first)
+        state, wait = self.client.connection.execute(
+            "SELECT state->>'n', extract(epoch FROM eligible_at - now())::int FROM gd.instances WHERE id = %s",
+            [first]).fetchone()
+        self.assertEqual(state, "2", "the later insert's state")
+        self.assertTrue(110 <= wait <= 120, f"runs 120 s after the later insert, not {wait}")
+        key = self.name("throttled")
+        self.assertIsNotNone(self.client.insert(self.fsm, correlation_key=key, throttle=3600))
+        self.assertIsNone(self.client.insert(self.fsm, correlation_key=key, throttle=3600))
+        queued = self.client.insert(self.fsm, correlation_key=key, throttle=3600, on_throttle="queue")
+        self.assertEqual(self.status(queued)[0], "runnable")
+        entries = [{"correlation_key": self.name("bulk"), "throttle": "1 hour"}] * 2
+        self.assertEqual(len(self.client.insert_all(self.fsm, entries)), 1, "the second entry dropped")
+
     def test_insert_all(self):
         ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(5)])
         self.assertEqual(len(ids), 5)
