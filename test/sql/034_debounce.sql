@@ -77,10 +77,10 @@ CREATE FUNCTION t.fan_out(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUA
                       {"fsm": "burst", "state": {"n": 2}, "correlation_key": "kid", "debounce": "1 minute"}]',
                     then_step => 'end')
 $$;
-SELECT gd_define_fsm('fan', initial => 'start', queue => 'burst');
-SELECT gd_define_step('fan', 'start', 't.fan_out(jsonb, gd.context)'::regprocedure);
-SELECT gd_define_step('fan', 'end', 't.record_run(jsonb, gd.context)'::regprocedure);
-SELECT gd_insert('fan') AS fan_id \gset
+SELECT gd_define_fsm('burst_fan', initial => 'start', queue => 'burst');
+SELECT gd_define_step('burst_fan', 'start', 't.fan_out(jsonb, gd.context)'::regprocedure);
+SELECT gd_define_step('burst_fan', 'end', 't.record_run(jsonb, gd.context)'::regprocedure);
+SELECT gd_insert('burst_fan') AS fan_id \gset
 SELECT gd_drain('burst') AS steps_run;
 SELECT count(*) AS children, min(state->>'n') AS n FROM gd.instances WHERE parent_id = :fan_id;
 
