@@ -55,6 +55,7 @@ SET search_path = pg_catalog, pg_temp AS $$
         'fsms', coalesce((SELECT jsonb_agg(jsonb_build_object(
                     'name', f.name, 'initial', f.initial_step, 'queue', f.queue, 'version', f.version,
                     'state_defaults', f.state_defaults, 'history', f.history, 'owner', f.owner::text,
+                    'on_cancel', f.on_cancel,
                     'steps', coalesce((SELECT jsonb_object_agg(s.step, jsonb_strip_nulls(jsonb_build_object(
                                   'handler', s.handler::text, 'max_attempts', s.max_attempts,
                                   'backoff', s.backoff, 'max_backoff', s.max_backoff, 'timeout', s.timeout,
@@ -82,7 +83,7 @@ BEGIN
         EXECUTE format('SET LOCAL ROLE %s', (item->>'owner')::regrole);
         PERFORM gd_define_fsm(item->>'name', item->>'initial', item->>'queue', (item->>'version')::int,
                               item->'state_defaults', item->'steps', (item->>'history')::boolean,
-                              (item->>'from_version')::int);
+                              (item->>'from_version')::int, item->>'on_cancel');
         RESET ROLE;
         applied := applied + 1;
     END LOOP;

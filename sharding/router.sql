@@ -71,10 +71,11 @@ $$;
 -- function's result cannot change in place (queue_stats_all before held,
 -- with the view over it, made again below).
 DROP FUNCTION IF EXISTS gd_router.queue_stats_all() CASCADE;
--- (gd_define_fsm and its PL/Proxy function before from_version.)
-DROP FUNCTION IF EXISTS gd_router.define_fsm_all(text, text, text, int, jsonb, jsonb, boolean);
-SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_fsm(text, text, text, int, jsonb, jsonb, boolean)',
-                         :'api_schema') \gexec
+-- (gd_define_fsm and its PL/Proxy function before from_version, and before on_cancel.)
+DROP FUNCTION IF EXISTS gd_router.define_fsm_all(text, text, text, int, jsonb, jsonb, boolean),
+                        gd_router.define_fsm_all(text, text, text, int, jsonb, jsonb, boolean, int);
+SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %1$I.gd_define_fsm(text, text, text, int, jsonb, jsonb, boolean), '
+                         '%1$I.gd_define_fsm(text, text, text, int, jsonb, jsonb, boolean, int)', :'api_schema') \gexec
 -- (gd_signal and its PL/Proxy functions before expires.)
 DROP FUNCTION IF EXISTS gd_router.signal(bigint, text, jsonb, text, boolean), gd_router.signal(text, text, jsonb, text, boolean);
 SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %1$I.gd_signal(bigint, text, jsonb, text, boolean), '
@@ -135,8 +136,9 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
     -- definition in its own transaction: one that a partition refuses may
     -- hold on others; definitions can be made again.)
     ($$define_fsm_all(name text, initial text, queue text, version int, state_defaults jsonb, steps jsonb,
-                      history boolean, from_version int)$$, 'SETOF int', 'ALL',
-     'SELECT @api@.gd_define_fsm(name, initial, queue, version, state_defaults, steps, history, from_version)'),
+                      history boolean, from_version int, on_cancel text)$$, 'SETOF int', 'ALL',
+     $$SELECT @api@.gd_define_fsm(name, initial, queue, version, state_defaults, steps, history, from_version,
+                                  on_cancel)$$),
     ($$define_step_all(fsm text, step text, handler text, max_attempts int, backoff interval, max_backoff interval,
                        timeout interval, version int, rate_limit text, queue text, backoff_jitter boolean)$$,
      'SETOF int', 'ALL',
@@ -266,10 +268,10 @@ SELECT pg_catalog.format($function$
                  FROM gd_router.migrate_all(fsm, from_version, to_version, step_map) n)$$),
     ($$gd_define_fsm(name text, initial text, queue text DEFAULT 'default', version int DEFAULT 1,
                      state_defaults jsonb DEFAULT '{}', steps jsonb DEFAULT NULL, history boolean DEFAULT NULL,
-                     from_version int DEFAULT NULL)$$,
+                     from_version int DEFAULT NULL, on_cancel text DEFAULT NULL)$$,
      'int', $$RETURN (SELECT pg_catalog.max(v) FROM gd_router.define_fsm_all(name, initial, queue, version,
                                                                              state_defaults, steps, history,
-                                                                             from_version) v)$$),
+                                                                             from_version, on_cancel) v)$$),
     ($$gd_define_step(fsm text, step text, handler text DEFAULT NULL, max_attempts int DEFAULT 3,
                       backoff interval DEFAULT '1s', max_backoff interval DEFAULT '5m',
                       timeout interval DEFAULT NULL, version int DEFAULT NULL, rate_limit text DEFAULT NULL,

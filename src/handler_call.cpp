@@ -72,7 +72,7 @@ extern "C" {
 
 namespace {
 
-constexpr int CONTEXT_COLUMNS = 13;
+constexpr int CONTEXT_COLUMNS = 14;
 
 /* gd.context and gd.outcome, looked up once per batch (the extension may have been re-created). */
 Oid context_type = InvalidOid;
@@ -123,11 +123,12 @@ Datum gd_context(const PickedInstance &row, const char *queue, TimestampTz deadl
         resume_array(row, "signals"), resume_array(row, "children"),
         BoolGetDatum(timed_out != nullptr && timed_out->type == jbvBool && timed_out->val.boolean),
         CStringGetTextDatum(queue), row.trace_context ? CStringGetTextDatum(row.trace_context) : 0,
-        CStringGetTextDatum(row.visit_key), TimestampTzGetDatum(deadline)};
+        CStringGetTextDatum(row.visit_key), TimestampTzGetDatum(deadline), row.cancelled};
     bool nulls[CONTEXT_COLUMNS] = {};
     nulls[5] = row.correlation_key == nullptr;
     nulls[10] = row.trace_context == nullptr;
     nulls[12] = deadline == 0;
+    nulls[13] = row.cancelled == 0;
     return HeapTupleGetDatum(heap_form_tuple(context_desc, values, nulls));
 }
 

@@ -40,6 +40,7 @@ constexpr WriterInfo writers[] = {
     {StatusWriter::resume, "resume", "a signal, the wait's timeout, or the last child's end"},
     {StatusWriter::revive, "revive", "gd_retry of a failed instance"},
     {StatusWriter::cancel, "cancel", "gd_cancel, of the instance and its live descendants"},
+    {StatusWriter::compensate, "compensate", "gd_cancel of one whose FSM names an on_cancel step: to that step"},
     {StatusWriter::rewind, "rewind", "gd_rewind moved a failed or stuck instance back to a step"},
 };
 
@@ -54,11 +55,13 @@ constexpr StatusChange changes[] = {
     {W::step, S::runnable, S::awaiting_children},
     {W::step, S::runnable, S::done},
     {W::step, S::runnable, S::failed},
+    {W::step, S::runnable, S::cancelled}, /* a compensation ended */
     {W::completion, S::executing, S::runnable},
     {W::completion, S::executing, S::awaiting_signal},
     {W::completion, S::executing, S::awaiting_children},
     {W::completion, S::executing, S::done},
     {W::completion, S::executing, S::failed},
+    {W::completion, S::executing, S::cancelled},
     {W::claim, S::runnable, S::executing},
     {W::release, S::executing, S::runnable},
     {W::lease_expiry, S::executing, S::runnable},
@@ -72,6 +75,10 @@ constexpr StatusChange changes[] = {
     {W::cancel, S::executing, S::cancelled},
     {W::cancel, S::awaiting_signal, S::cancelled},
     {W::cancel, S::awaiting_children, S::cancelled},
+    {W::compensate, S::runnable, S::runnable},
+    {W::compensate, S::executing, S::runnable},
+    {W::compensate, S::awaiting_signal, S::runnable},
+    {W::compensate, S::awaiting_children, S::runnable},
     {W::rewind, S::runnable, S::runnable},
     {W::rewind, S::executing, S::runnable},
     {W::rewind, S::awaiting_signal, S::runnable},

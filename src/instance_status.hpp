@@ -27,7 +27,8 @@ const char *gd_status_name(Status status);
 inline bool gd_status_is_live(Status status) { return status <= Status::awaiting_children; }
 
 /* The paths that change statuses: the table's "writer" column (their names are its SQL spelling). */
-enum class StatusWriter { insert, step, completion, claim, release, lease_expiry, crash, resume, revive, cancel, rewind };
+enum class StatusWriter { insert, step, completion, claim, release, lease_expiry, crash, resume, revive, cancel, compensate,
+                          rewind };
 
 /* One allowed change: `from` nothing is a new row. */
 struct StatusChange {

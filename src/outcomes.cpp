@@ -336,8 +336,11 @@ Transition gd_outcome_transition(const PickedInstance &row, const StepDefinition
         return gd_retry_transition(row, def, error_json, backoff_us);
     }
     if (strcmp(kind, "done") == 0) {
+        /* The end of a compensation: cancelled, with its result, and why and where the cancel found it. */
         Datum result = outcome_field(outcome, RESULT, &isnull);
-        Transition done = gd_final_transition(row, Status::done, isnull ? empty_object() : result, 0);
+        Transition done = gd_final_transition(row, row.cancelled != 0 ? Status::cancelled : Status::done,
+                                              isnull ? empty_object() : result, row.cancelled);
+        done.ran.event = StatEvent::step_done;
         done.to.external = t.to.external;
         done.ran.history = def.history;
         return done;

@@ -59,6 +59,8 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.eligible_at = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 16, &isnull));
     row.trace_context = copy_text(tuple, desc, 17);
     row.visit_key = copy_text(tuple, desc, 18);
+    Datum cancelled = SPI_getbinval(tuple, desc, 19, &isnull);
+    row.cancelled = isnull ? 0 : datumCopy(cancelled, false, -1);
 }
 
 namespace {

@@ -34,6 +34,7 @@ struct PickedInstance {
     TimestampTz eligible_at;
     char *trace_context;   /* the W3C traceparent it was inserted with; nullptr when none */
     char *visit_key;       /* the current visit of its step: ctx.idempotency_key */
+    Datum cancelled;       /* compensating: why and where a gd_cancel found it (ctx.cancelled); 0 when not */
     const char *queue;     /* where the current step runs (not among GD_INSTANCE_COLUMNS: its reader knows) */
 };
 
@@ -41,8 +42,8 @@ struct PickedInstance {
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
     "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority, i.eligible_at, i.trace_context, " \
-    "i.visit_key::text"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 18;
+    "i.visit_key::text, i.cancelled"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 19;
 
 /* Read the columns of GD_INSTANCE_COLUMNS (in that order) into `row`, copied into CurrentMemoryContext. */
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);

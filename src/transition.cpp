@@ -62,6 +62,7 @@ Transition gd_transition_from(const PickedInstance &row)
     t.ran.state = row.state;
     t.ran.attempt = row.attempt;
     t.ran.event = StatEvent::count_;
+    t.ran.compensating = row.cancelled != 0;
     return t;
 }
 
@@ -103,8 +104,9 @@ void prepare_plans()
     if (spawn_plan != nullptr)
         return; /* the last one prepared: all are (a failed preparation leaves the rest to the next call) */
     if (update_plan == nullptr) {
-        Oid types[16] = {INT8OID,  TEXTOID, TEXTOID,      JSONBOID,       INT4OID, TIMESTAMPTZOID, JSONBOID, JSONBOID,
-                         BOOLOID,  TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, BOOLOID,        TEXTOID,  TEXTARRAYOID};
+        Oid types[17] = {INT8OID,  TEXTOID, TEXTOID,      JSONBOID,       INT4OID, TIMESTAMPTZOID, JSONBOID, JSONBOID,
+                         BOOLOID,  TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, BOOLOID,        TEXTOID,  TEXTARRAYOID,
+                         BOOLOID};
         update_plan = gd_prepare_kept("UPDATE gd._instances SET status = $2, step = $3, state = coalesce($4, state),"
                                       "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
                                       "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
@@ -120,9 +122,10 @@ void prepare_plans()
                                       "       updated_at = clock_timestamp(),"
                                       "       finished_at = CASE WHEN $2 = ANY (gd._terminal_statuses())"
                                       "                          THEN clock_timestamp() END"
-                                      /* $16: the writer's from-statuses */
-                                      " WHERE id = $1 AND status = ANY ($16) RETURNING queue, priority, eligible_at, id",
-                                      16, types);
+                                      /* $16: the writer's from-statuses; $17: compensating when picked */
+                                      " WHERE id = $1 AND status = ANY ($16) AND (cancelled IS NOT NULL) = $17"
+                                      " RETURNING queue, priority, eligible_at, id",
+                                      17, types);
     }
     Oid follow_up_types[2] = {INT8OID, JSONBOID};
     if (wake_if_signalled_plan == nullptr)
@@ -160,7 +163,7 @@ void after_transition(int64 id, const Transition &t, HistoryBatch *history = nul
             gd_wake_reaper_at_commit(); /* it sleeps until the earliest deadline: this one may be earlier */
     } else if (t.to.status == Status::awaiting_children && t.to.spawned == 0) {
         gd_resume_parents(id); /* nothing to wait for */
-    } else if (t.then.parent_id != 0 && (t.to.status == Status::done || t.to.status == Status::failed)) {
+    } else if (t.then.parent_id != 0 && !gd_status_is_live(t.to.status)) {
         gd_wake_reaper_at_commit(); /* perhaps the last child: the reaper resumes the parent */
     }
     if (t.then.scheduled && !gd_status_is_live(t.to.status))
@@ -190,21 +193,22 @@ void gd_write_transition(int64 id, const Transition &t, StatusWriter writer)
 {
     gd_status_change_check(writer, t.to.status);
     prepare_plans();
-    Datum args[16] = {Int64GetDatum(id),   CStringGetTextDatum(gd_status_name(t.to.status)),
+    Datum args[17] = {Int64GetDatum(id),   CStringGetTextDatum(gd_status_name(t.to.status)),
                       CStringGetTextDatum(t.to.step), t.to.state,
                       Int32GetDatum(t.to.attempt),    TimestampTzGetDatum(t.to.eligible_at),
                       t.to.result,            t.to.error,
                       BoolGetDatum(t.to.external),    t.to.wait_names,
                       TimestampTzGetDatum(t.to.wait_deadline), t.to.then_step ? CStringGetTextDatum(t.to.then_step) : 0,
                       BoolGetDatum(t.to.same_visit), BoolGetDatum(t.to.moved),
-                      t.to.route ? CStringGetTextDatum(t.to.route) : 0, gd_statuses_before(writer)};
-    char nulls[16] = {' ', ' ', ' ', t.to.state ? ' ' : 'n', ' ', ' ', t.to.result ? ' ' : 'n', t.to.error ? ' ' : 'n', ' ',
+                      t.to.route ? CStringGetTextDatum(t.to.route) : 0, gd_statuses_before(writer),
+                      BoolGetDatum(t.ran.compensating)};
+    char nulls[17] = {' ', ' ', ' ', t.to.state ? ' ' : 'n', ' ', ' ', t.to.result ? ' ' : 'n', t.to.error ? ' ' : 'n', ' ',
                       t.to.wait_names ? ' ' : 'n', t.to.wait_deadline ? ' ' : 'n', t.to.then_step ? ' ' : 'n', ' ', ' ',
-                      t.to.route ? ' ' : 'n', ' '};
+                      t.to.route ? ' ' : 'n', ' ', ' '};
     if (gd_execute_kept(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
     if (SPI_processed == 0) {
-        /* Its own step deleted the row, or ended it (gd_cancel): what it did stands. */
+        /* Its own step deleted the row, or ended it or sent it into compensation (gd_cancel): what it did stands. */
         if (!instance_exists(id))
             ereport(WARNING, (errmsg("gen_durable: instance " INT64_FORMAT " was deleted during its step \"%s\"", id,
                                      t.ran.step)));
@@ -227,7 +231,7 @@ void gd_begin_transitions(TransitionBatch &batch, StatusWriter writer, int capac
 void gd_write_transition_batched(TransitionBatch &batch, int64 id, const Transition &t)
 {
     /* Plain: what the batch's statement writes (it leaves the queues as they are). */
-    bool plain = !t.to.moved && (t.to.status == Status::runnable || t.to.status == Status::done || t.to.status == Status::failed);
+    bool plain = !t.to.moved && (t.to.status == Status::runnable || !gd_status_is_live(t.to.status));
     if (!plain || batch.count >= batch.capacity) {
         gd_write_transition(id, t, batch.writer);
         return;
@@ -244,8 +248,9 @@ void gd_flush_transitions(TransitionBatch &batch)
         return;
     prepare_plans();
     if (batch_update_plan == nullptr) {
-        Oid types[11] = {INT8ARRAYOID, TEXTARRAYOID,        TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
-                         TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, BOOLARRAYOID, BOOLARRAYOID, TEXTARRAYOID};
+        Oid types[12] = {INT8ARRAYOID, TEXTARRAYOID,        TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
+                         TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, BOOLARRAYOID, BOOLARRAYOID, TEXTARRAYOID,
+                         BOOLARRAYOID};
         batch_update_plan = gd_prepare_kept(
             "UPDATE gd._instances i SET status = t.status, step = t.step, state = coalesce(t.state, i.state),"
             "       attempt = t.attempt, eligible_at = t.eligible_at, result = t.result, error = t.error,"
@@ -260,16 +265,17 @@ void gd_flush_transitions(TransitionBatch &batch)
             /* unnest in the select list (ProjectSet): element by element, not ten tuplestores */
             "  FROM (SELECT unnest($1) AS id, unnest($2) AS status, unnest($3) AS step, unnest($4) AS state,"
             "               unnest($5) AS attempt, unnest($6) AS eligible_at, unnest($7) AS result,"
-            "               unnest($8) AS error, unnest($9) AS external, unnest($10) AS same_visit) t"
+            "               unnest($8) AS error, unnest($9) AS external, unnest($10) AS same_visit,"
+            "               unnest($12) AS compensating) t"
             /* = ANY: an index scan of just these rows, whatever the join order */
-            " WHERE i.id = t.id AND i.id = ANY ($1) AND i.status = ANY ($11)"
+            " WHERE i.id = t.id AND i.id = ANY ($1) AND i.status = ANY ($11) AND (i.cancelled IS NOT NULL) = t.compensating"
             " RETURNING i.id",
-            11, types);
+            12, types);
     }
     int n = batch.count;
     Datum *ids = datums(n), *statuses = datums(n), *steps = datums(n), *states = datums(n), *attempts = datums(n),
           *eligible = datums(n), *results = datums(n), *errors = datums(n), *externals = datums(n),
-          *keeps = datums(n);
+          *keeps = datums(n), *compensating = datums(n);
     bool *state_nulls = flags(n), *result_nulls = flags(n), *error_nulls = flags(n);
     for (int i = 0; i < n; i++) {
         const Transition &t = batch.items[i];
@@ -286,13 +292,14 @@ void gd_flush_transitions(TransitionBatch &batch)
         error_nulls[i] = t.to.error == 0;
         externals[i] = BoolGetDatum(t.to.external);
         keeps[i] = BoolGetDatum(t.to.same_visit);
+        compensating[i] = BoolGetDatum(t.ran.compensating);
     }
-    Datum args[11] = {gd_array_of(ids, nullptr, n, INT8OID),          gd_array_of(statuses, nullptr, n, TEXTOID),
+    Datum args[12] = {gd_array_of(ids, nullptr, n, INT8OID),          gd_array_of(statuses, nullptr, n, TEXTOID),
                       gd_array_of(steps, nullptr, n, TEXTOID),        gd_array_of(states, state_nulls, n, JSONBOID),
                       gd_array_of(attempts, nullptr, n, INT4OID),     gd_array_of(eligible, nullptr, n, TIMESTAMPTZOID),
                       gd_array_of(results, result_nulls, n, JSONBOID), gd_array_of(errors, error_nulls, n, JSONBOID),
                       gd_array_of(externals, nullptr, n, BOOLOID),    gd_array_of(keeps, nullptr, n, BOOLOID),
-                      gd_statuses_before(batch.writer)};
+                      gd_statuses_before(batch.writer),               gd_array_of(compensating, nullptr, n, BOOLOID)};
     batch.count = 0; /* before anything can fail: the caller's transaction is rolled back then */
     if (gd_execute_kept(batch_update_plan, args, nullptr, false, 0, KeptJoins::hashed) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transitions of %d instances", n);

@@ -12,7 +12,7 @@
 
 /* Where the row goes. */
 struct Destination {
-    Status status;           /* not executing, not cancelled */
+    Status status;           /* not executing; cancelled only where a compensation ends */
     const char *step;
     Datum state;             /* 0: keep the state */
     int attempt;
@@ -51,6 +51,10 @@ struct RanStep {
     /* The attempt was lost (its lease expired): no outcome to count, but a row
      * of the step history, kind 'lost', with the error that ended it. */
     bool lost;
+    /* It ran as the instance's compensation (gd._instances.cancelled set when
+     * picked): the transition is written only while that is still so, so a
+     * step a gd_cancel sent into compensation meanwhile does not write over it. */
+    bool compensating;
 };
 
 /* Whom the transition concerns beyond its row. */

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS gd._fsms (
     owner          regrole NOT NULL,   -- the FSM's owner, the same for every version: its handlers run as this role
     created_at     timestamptz NOT NULL DEFAULT now(),
     history        boolean NOT NULL DEFAULT false, -- each finished step appends to gd._step_history
+    on_cancel      text,               -- the step a gd_cancel sends a live instance to (NULL: it just ends)
     PRIMARY KEY (name, version)
 );
 
@@ -131,7 +132,11 @@ CREATE TABLE IF NOT EXISTS gd._instances (
     -- When a debounced insert last set the instance (inserted it, or joined
     -- it with a later state).  Equal to updated_at until its first step
     -- starts: every transition writes updated_at, never this.
-    debounced_at      timestamptz
+    debounced_at      timestamptz,
+    -- Compensating since a gd_cancel sent it to its FSM's on_cancel step: why
+    -- and where it was ({kind: cancelled, message, reason, step, attempt,
+    -- status, at}: ctx.cancelled, and its error when the compensation ends).
+    cancelled         jsonb
     -- (fsm, version) names a row of gd._fsms: checked by every insert path, and
     -- gd._fsms refuses to lose a definition in use (gd._fsm_in_use below).  Not
     -- a foreign key: its check would weigh on every inserted row and lock the
@@ -250,7 +255,8 @@ BEGIN
             queue           text,
             trace_context   text,
             idempotency_key text,
-            deadline        timestamptz
+            deadline        timestamptz,
+            cancelled       jsonb
         );
         -- kind: next | retry | await | schedule_childs | done | stop
         CREATE TYPE gd.outcome AS (

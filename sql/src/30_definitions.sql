@@ -9,7 +9,11 @@
 -- (NULL: as the version is defined, false for a new one).
 -- from_version: the steps of that version of the FSM that steps does not
 -- name are defined in this one as they are there (a new version that
--- changes a step or two names only those).
+-- changes a step or two names only those), and its on_cancel unless the
+-- call names one.
+-- on_cancel: the step a gd_cancel of a live instance of the version sends it
+-- to, its compensation (NULL: a cancel just ends it); one of the version's
+-- steps once the call has defined them (42704 otherwise, nothing defined).
 -- One definition of a name at a time: an engine lock no role can take from SQL (src/engine_locks.cpp).
 CREATE OR REPLACE FUNCTION gd._lock_fsm_name(name text) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_lock_fsm_name';
@@ -17,7 +21,7 @@ CREATE OR REPLACE FUNCTION gd._lock_fsm_name(name text) RETURNS void
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_fsm(name text, initial text, queue text DEFAULT 'default',
                                           version int DEFAULT 1, state_defaults jsonb DEFAULT '{}',
                                           steps jsonb DEFAULT NULL, history boolean DEFAULT NULL,
-                                          from_version int DEFAULT NULL)
+                                          from_version int DEFAULT NULL, on_cancel text DEFAULT NULL)
 RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 -- The first role to define a name owns the FSM; later versions keep that
@@ -26,7 +30,7 @@ RETURNS int LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 -- would move, to another queue say): define a new version instead.  Whether
 -- a version keeps a history is fixed when it is first defined.
 CREATE OR REPLACE FUNCTION gd._define_fsm(name text, initial text, queue text, version int, state_defaults jsonb,
-                                          steps jsonb, history boolean, from_version int)
+                                          steps jsonb, history boolean, from_version int, on_cancel text)
 RETURNS int LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -44,6 +48,10 @@ BEGIN
     PERFORM gd._check_positive(fsm_version, format('version of FSM %L must be a positive integer', fsm_name));
     PERFORM gd._check_json(state_defaults, 'object', format('state_defaults of FSM %L must be a JSON object', fsm_name));
     PERFORM gd._check_queue_name(queue, format('FSM %L', fsm_name));
+    IF on_cancel IS NOT NULL THEN
+        PERFORM gd._check_not_empty(on_cancel, format('on_cancel step of FSM %L', fsm_name));
+        PERFORM gd._check_length(on_cancel, 'on_cancel step name');
+    END IF;
     -- One definition of a name at a time, so two roles cannot both take a new
     -- name (checked before too: a refused caller takes no lock).
     PERFORM gd._check_owns(caller, fsm_name);
@@ -70,6 +78,8 @@ BEGIN
                                  from_version, fsm_version);
         END IF;
         steps := gd._steps_as_options(fsm_name, from_version) || coalesce(steps, '{}');
+        on_cancel := coalesce(on_cancel, (SELECT f.on_cancel FROM gd._fsms f
+                                            WHERE f.name = fsm_name AND f.version = from_version));
     END IF;
     SELECT * INTO defined FROM gd._fsms f WHERE f.name = fsm_name AND f.version = fsm_version;
     history := coalesce(history, defined.history, false);   -- left out: as it is
@@ -80,8 +90,8 @@ BEGIN
             format('Define version %s with history => %s instead.',
                    (SELECT max(f.version) + 1 FROM gd._fsms f WHERE f.name = fsm_name), history::text));
     END IF;
-    IF FOUND AND (defined.initial_step, defined.queue, defined.state_defaults)
-                 IS DISTINCT FROM (initial, queue, state_defaults)
+    IF FOUND AND (defined.initial_step, defined.queue, defined.state_defaults, defined.on_cancel)
+                 IS DISTINCT FROM (initial, queue, state_defaults, on_cancel)
        AND EXISTS (SELECT FROM gd._instances i WHERE i.fsm = fsm_name AND i.version = fsm_version) THEN
         RAISE EXCEPTION USING ERRCODE = 'object_in_use',
             MESSAGE = format('gen_durable: FSM %L version %s has instances: it cannot be defined otherwise',
@@ -90,15 +100,24 @@ BEGIN
                           (SELECT max(f.version) + 1 FROM gd._fsms f WHERE f.name = fsm_name));
     END IF;
     INSERT INTO gd._queues (name) VALUES (queue) ON CONFLICT DO NOTHING;
-    INSERT INTO gd._fsms AS f (name, version, initial_step, queue, state_defaults, owner, history)
-    VALUES (fsm_name, fsm_version, initial, queue, state_defaults, owner, history)
+    INSERT INTO gd._fsms AS f (name, version, initial_step, queue, state_defaults, owner, history, on_cancel)
+    VALUES (fsm_name, fsm_version, initial, queue, state_defaults, owner, history, on_cancel)
     ON CONFLICT ON CONSTRAINT _fsms_pkey DO UPDATE
-       SET initial_step = excluded.initial_step, queue = excluded.queue, state_defaults = excluded.state_defaults
-     WHERE (f.initial_step, f.queue, f.state_defaults)
-           IS DISTINCT FROM (excluded.initial_step, excluded.queue, excluded.state_defaults);
+       SET initial_step = excluded.initial_step, queue = excluded.queue, state_defaults = excluded.state_defaults,
+           on_cancel = excluded.on_cancel
+     WHERE (f.initial_step, f.queue, f.state_defaults, f.on_cancel)
+           IS DISTINCT FROM (excluded.initial_step, excluded.queue, excluded.state_defaults, excluded.on_cancel);
     FOR step_name, options IN SELECT e.key, e.value FROM jsonb_each(steps) e ORDER BY e.key LOOP
         PERFORM gd._define_one_step(caller, fsm_name, fsm_version, step_name, options);
     END LOOP;
+    IF on_cancel IS NOT NULL
+       AND NOT EXISTS (SELECT FROM gd._steps s WHERE s.fsm = fsm_name AND s.version = fsm_version AND s.step = on_cancel)
+    THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_object',
+            MESSAGE = format('gen_durable: on_cancel step %L of FSM %L version %s is not one of its steps', on_cancel,
+                             fsm_name, fsm_version),
+            HINT = 'Name it in steps, or define the version again with on_cancel once gd_define_step has defined it.';
+    END IF;
     RETURN fsm_version;
 END $$;
 

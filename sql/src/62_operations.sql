@@ -2,7 +2,10 @@
 -- Operations on instances and queues: cancel, retry, pause and resume
 -- ---------------------------------------------------------------------------
 
--- Cancel a live instance the caller may use, and its live descendants.
+-- Cancel a live instance the caller may use, and its live descendants: each
+-- goes to its FSM version's on_cancel step when it names one (and the
+-- instance is not compensating already), else ends cancelled.  False, and
+-- nothing done, for an instance compensating already.
 CREATE OR REPLACE FUNCTION @extschema@.gd_cancel(id bigint, reason text DEFAULT NULL) RETURNS boolean
 LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
@@ -15,7 +18,8 @@ DECLARE
 BEGIN
     -- Looked at before it is locked: see gd._deliver_signal.
     SELECT * INTO target FROM gd._instances i WHERE i.id = _cancel.id;
-    IF NOT FOUND OR NOT gd._may_use_instance(caller, target.owner, target.fsm) THEN
+    -- Compensating already: its compensation step runs on (the mark is never taken back).
+    IF NOT FOUND OR NOT gd._may_use_instance(caller, target.owner, target.fsm) OR target.cancelled IS NOT NULL THEN
         RETURN false;
     END IF;
     -- A step of it an executor runs now is stopped: cancelled, and, if it
@@ -37,7 +41,7 @@ BEGIN
     IF NOT locked THEN
         SELECT * INTO target FROM gd._instances i WHERE i.id = _cancel.id FOR UPDATE;
     END IF;
-    IF NOT target.status = ANY (gd._live_statuses()) THEN
+    IF NOT target.status = ANY (gd._live_statuses()) OR target.cancelled IS NOT NULL THEN
         RETURN false;
     END IF;
     PERFORM gd._cancel_tree(target.id, reason);
@@ -62,6 +66,13 @@ CREATE OR REPLACE FUNCTION gd._revive(caller oid, id bigint) RETURNS boolean
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_revive';
 CREATE OR REPLACE FUNCTION gd._cancel_tree(id bigint, reason text) RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_cancel_tree';
+-- The error of a cancelled instance: why, and the step and attempt it was at
+-- (a compensating instance's mark adds its status then, and when).
+CREATE OR REPLACE FUNCTION gd._cancelled_error(reason text, step text, attempt int) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object('kind', 'cancelled', 'message', 'gen_durable: cancelled' || coalesce(': ' || reason, ''),
+                              'reason', coalesce(reason, ''), 'step', step, 'attempt', attempt)
+$$;
 
 -- Stop (or restart) picking steps of a queue; steps in flight finish. True if it changed.
 CREATE OR REPLACE FUNCTION @extschema@.gd_pause(queue text) RETURNS boolean

@@ -117,5 +117,11 @@ ALTER TABLE gd._fsms ADD COLUMN history boolean NOT NULL DEFAULT false;
 ALTER TYPE gd.context ADD ATTRIBUTE trace_context text, ADD ATTRIBUTE idempotency_key text,
     ADD ATTRIBUTE deadline timestamptz;
 
+-- A gd_cancel may compensate: an FSM version names the step it runs
+-- (on_cancel), the instance is marked while it runs it, its handler sees why.
+ALTER TABLE gd._fsms ADD COLUMN on_cancel text;
+ALTER TABLE gd._instances ADD COLUMN cancelled jsonb;
+ALTER TYPE gd.context ADD ATTRIBUTE cancelled jsonb;
+
 -- What 0.2 defines with another result type.
 DROP FUNCTION gd._key_limit(text);

@@ -28,7 +28,7 @@ SELECT DISTINCT from_status AS terminal_left FROM gd.status_changes
 -- of, and the status it writes, refused when the table does not allow it.
 SELECT w AS writer, gd._statuses_before(w) AS before
   FROM unnest(ARRAY['insert', 'step', 'completion', 'claim', 'release', 'lease_expiry', 'crash', 'resume',
-                    'revive', 'cancel', 'rewind']) w;
+                    'revive', 'cancel', 'compensate', 'rewind']) w;
 SELECT gd._status_after('claim', 'executing') AS claimed;
 SELECT t.try($$SELECT gd._status_after('claim', 'done')$$);
 SELECT t.try($$SELECT gd._status_after('revive', 'cancelled')$$);

@@ -20,6 +20,7 @@ names=()
 for a in "$@"; do names+=("$(basename "$a" .sql)"); done
 ((${#names[@]})) || read -r -a names <<<"$(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$ROOT" --no-print-directory print-REGRESS)"
 cp -r "$ROOT/test/sql/include" "$WORK/sql/"
+cp -r "$ROOT/examples" "$WORK/"   # run by some tests, as in make check
 for n in "${names[@]}"; do
     cp "$ROOT/test/sql/$n.sql" "$WORK/sql/"
     [[ -f $ROOT/expected/$n.out ]] && cp "$ROOT/expected/$n.out" "$WORK/expected/" || touch "$WORK/expected/$n.out"

@@ -202,12 +202,16 @@ class Dashboard:
             return self.refused(request, f"gd-web: no action {action!r}", 404)
         flt = data.InstanceFilter.from_query(request.query_params)
         target = _target(action, request.query_params)
-        count = None
+        count = plan = None
         if action in ("bulk_cancel", "bulk_retry"):
             with self.pool.connection() as conn:
                 count = len(data.matching_ids(conn, flt, BULK_STATUSES[action]))
+        elif action == "cancel":
+            with self.pool.connection() as conn:
+                plan = data.cancel_plan(conn, target)
         return self.render(request, "confirm.html", action=action, title=ACTIONS[action], target=target, flt=flt,
-                           count=count, bulk_limit=data.BULK_LIMIT)
+                           count=count, bulk_limit=data.BULK_LIMIT, plan=plan,
+                           live_statuses=BULK_STATUSES["bulk_cancel"])
 
     async def act(self, request: Request) -> Response:
         async with request.form() as form:  # closes the files a form may carry
@@ -246,7 +250,8 @@ def _target(action: str, source):
 def _run_cancel(conn, schema, instance_id, form, flt):
     done = data.cancel(conn, schema, instance_id, data.text(form, "reason"))
     return (f"instance {instance_id} cancelled" if done else
-            f"instance {instance_id} was not cancelled: it is not live, or this role may not use it",
+            f"instance {instance_id} was not cancelled: it is not live, it is compensating already, or this role "
+            f"may not use it",
             f"/instances/{instance_id}")
 
 

@@ -306,6 +306,16 @@ def concurrency_limits(conn) -> List[Dict[str, Any]]:
 
 # -- actions ------------------------------------------------------------------
 
+def cancel_plan(conn, instance_id: int) -> Optional[Dict[str, Any]]:
+    """What a gd_cancel of the instance would do: its status, whether it is compensating already, and the
+    compensation step its FSM version names (on_cancel; None: it just ends).  None when this role cannot see it."""
+    found = rows(conn, "SELECT i.status, i.cancelled IS NOT NULL AS compensating, f.on_cancel"
+                       "  FROM gd.instances i LEFT JOIN gd.fsms f ON f.name OPERATOR(pg_catalog.=) i.fsm"
+                       "                                       AND f.version OPERATOR(pg_catalog.=) i.version"
+                       " WHERE i.id OPERATOR(pg_catalog.=) %s", [instance_id])
+    return found[0] if found else None
+
+
 def cancel(conn, schema: str, instance_id: int, reason: str) -> bool:
     return conn.execute(sql.SQL("SELECT {}(%s, %s)").format(api(schema, "gd_cancel")),
                         [instance_id, reason or None]).fetchone()[0]

@@ -31,6 +31,9 @@ SET ROLE web_shop;
 CREATE SCHEMA web_shop;
 CREATE FUNCTION web_shop.step(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE plpgsql AS $$
 BEGIN
+    IF ctx.step = 'refund' THEN
+        RETURN gd_done(jsonb_build_object('refunded', true, 'cancelled_at', ctx.cancelled->>'step'));
+    END IF;
     IF ctx.step = 'pack' THEN
         IF state ? 'fail' THEN RETURN gd_stop('{"reason": "out of stock"}'); END IF;
         IF state ? 'spawn' THEN RETURN gd_spawn('[{"fsm": "web_order", "state": {"child": true}}]', then_step => 'ship'); END IF;
@@ -42,6 +45,11 @@ END $$;
 SELECT gd_define_fsm('web_order', initial => 'pack', history => true,
                      steps => '{"pack": {"handler": "web_shop.step(jsonb, gd.context)"},
                                 "ship": {"handler": "web_shop.step(jsonb, gd.context)"}}');
+-- The same order, refunded when cancelled (its compensation step).
+SELECT gd_define_fsm('web_refunded', initial => 'pack', on_cancel => 'refund',
+                     steps => '{"pack": {"handler": "web_shop.step(jsonb, gd.context)"},
+                                "ship": {"handler": "web_shop.step(jsonb, gd.context)"},
+                                "refund": {"handler": "web_shop.step(jsonb, gd.context)"}}');
 RESET ROLE;
 """
 
@@ -137,12 +145,12 @@ class DashboardTest(unittest.TestCase):
         self.addCleanup(self.db.close)
         self.tag = uuid.uuid4().hex[:8]
 
-    def insert(self, state=None, **options):
-        """An instance of web_order inserted as its owner."""
+    def insert(self, state=None, fsm="web_order", **options):
+        """An instance of `fsm` (web_order, or web_refunded) inserted as its owner."""
         with psycopg.connect(dsn_as("web_shop"), autocommit=True) as shop:
             names = "".join(f", {k} => %({k})s" for k in options)
-            return shop.execute(f"SELECT gd_insert('web_order', %(state)s{names})",
-                                {"state": psycopg.types.json.Jsonb(state or {}), **options}).fetchone()[0]
+            return shop.execute(f"SELECT gd_insert(%(fsm)s, %(state)s{names})",
+                                {"fsm": fsm, "state": psycopg.types.json.Jsonb(state or {}), **options}).fetchone()[0]
 
     def status(self, instance_id):
         return self.db.execute("SELECT status FROM gd.instances WHERE id = %s", [instance_id]).fetchone()[0]

@@ -125,11 +125,28 @@ class InABrowser(DashboardTest):
 
         self.open(f"/instances/{dropped}")
         self.browser.find_element(By.LINK_TEXT, "Cancel…").click()
+        self.assertIn("ends cancelled now; no step runs", self.browser.find_element(By.ID, "plan").text)
         self.browser.find_element(By.NAME, "reason").send_keys("changed my mind")
         self.browser.find_element(By.ID, "do").click()
         self.wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "cancelled"))
         self.assertEqual(self.status(dropped), "cancelled")
         self.assertTrue(self.no_alert())
+
+        # An FSM with a compensation step: the confirmation names it; the instance runs it, then ends cancelled.
+        refunded = self.insert({"n": 3}, fsm="web_refunded", correlation_key=f"browser-{self.tag}-refunded")
+        self.until(lambda: self.status(refunded) == "awaiting_signal", message="the refunded order's wait")
+        self.open(f"/instances/{refunded}")
+        self.assertIn("compensates a cancel with step refund", self.browser.find_element(By.TAG_NAME, "main").text)
+        self.browser.find_element(By.LINK_TEXT, "Cancel…").click()
+        plan = self.browser.find_element(By.ID, "plan").text
+        self.assertIn("Step refund (its FSM's compensation) will run, then the instance ends cancelled", plan)
+        self.browser.find_element(By.NAME, "reason").send_keys("out of stock")
+        self.browser.find_element(By.ID, "do").click()
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "cancelled"))
+        result = self.db.execute("SELECT result, error->>'reason' FROM gd.instances WHERE id = %s", [refunded]).fetchone()
+        self.assertEqual(result, ({"refunded": True, "cancelled_at": "pack"}, "out of stock"))
+        self.open(f"/confirm/cancel?target={refunded}")
+        self.assertIn("is cancelled: nothing will be cancelled", self.browser.find_element(By.ID, "plan").text)
 
         self.open("/schedules")
         self.wait.until(expected_conditions.presence_of_element_located((By.ID, "concurrency-limits")))

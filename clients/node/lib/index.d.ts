@@ -78,6 +78,17 @@ export class Client {
   drain(queue: string, options?: { withScheduled?: boolean; maxSteps?: number }): Promise<number>;
 }
 
+/** ctx.cancelled: the gd_cancel that sent the instance into its compensation, and where it found it. */
+export interface Cancellation {
+  kind: "cancelled";
+  message: string;
+  reason: string;
+  step: string;
+  attempt: number;
+  status: Status;
+  at: string;
+}
+
 /** What a handler is told (gd.context), and the connection whose transaction commits its outcome. */
 export interface Context {
   id: number;
@@ -95,6 +106,8 @@ export interface Context {
   idempotencyKey: string;
   /** When the step's timeout ends this attempt; null without a timeout. */
   deadline: Date | null;
+  /** Set while the instance runs its FSM's on_cancel step: why a gd_cancel sent it there, and where it was. */
+  cancelled: Cancellation | null;
   /** Aborted when the step ends without the handler (its deadline, or the drain's limit). */
   signal: AbortSignal;
   /** The lane's client: the handler's first query begins the step's transaction, which commits with its outcome. */

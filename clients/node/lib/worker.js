@@ -475,7 +475,8 @@ function claimFrom(row, client) {
       id: toId(c.id), fsm: c.fsm, version: c.version, step: c.step, attempt: c.attempt,
       correlationKey: c.correlation_key ?? null, signals: c.signals ?? [], children: c.children ?? [],
       timedOut: Boolean(c.timed_out), queue: c.queue, traceContext: c.trace_context ?? null,
-      idempotencyKey: c.idempotency_key, deadline: c.deadline ? new Date(c.deadline) : null, connection: client,
+      idempotencyKey: c.idempotency_key, deadline: c.deadline ? new Date(c.deadline) : null,
+      cancelled: c.cancelled ?? null, connection: client,
     },
   };
 }

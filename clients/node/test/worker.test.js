@@ -46,6 +46,28 @@ test('several queues, concurrency, and writes that commit exactly once with thei
   assert.equal(new Set(all.map((e) => JSON.stringify(e))).size, 90);
 });
 
+test('a compensation is told why it runs', async (t) => {
+  const { s, client, worker } = await setup(t);
+  const fsm = s.name('refunded');
+  await s.db.query("SELECT gd_define_fsm($1, 'pack', $2, on_cancel => 'refund', steps => $3)",
+    [fsm, s.queue, JSON.stringify({ pack: {}, refund: {} })]);
+  const told = [];
+  const id = await client.insert(fsm, { n: 7 });
+  await running(worker({
+    [`${fsm}/pack`]: async (state, ctx) => { told.push(ctx.cancelled); return waitSignal(['paid']); },
+    [`${fsm}/refund`]: async (state, ctx) => { told.push(ctx.cancelled); return done({ refunded: state.n }); },
+  }), async () => {
+    await s.until(async () => (await s.status(id)).status === 'awaiting_signal', 'the wait');
+    assert.equal(await client.cancel(id, 'out of stock'), true);
+    await s.allIn([id], 'cancelled');
+  });
+  assert.equal(told[0], null);
+  const { reason, step, attempt, status } = told[1];
+  assert.deepEqual({ reason, step, attempt, status },
+    { reason: 'out of stock', step: 'pack', attempt: 1, status: 'awaiting_signal' });
+  assert.deepEqual((await client.get(id)).result, { refunded: 7 });
+});
+
 test('a raising handler is a failed attempt and its writes are undone', async (t) => {
   const { s, fsm, client, handlers, worker, record, effects } = await setup(t);
   const calls = [];

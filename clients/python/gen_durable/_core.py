@@ -200,6 +200,10 @@ class Context:
     idempotency_key: str
     trace_context: Optional[str] = None  # the W3C traceparent the instance was inserted with
     deadline: Optional[str] = None       # when the step's timeout ends it (ISO 8601, the server's clock); None: never
+    # ctx.cancelled, set while the instance runs its FSM's on_cancel step: why a
+    # gd_cancel sent it there and where it was ({reason, step, attempt, status,
+    # at, ...}).  (`cancelled` is the handler's stop event below.)
+    cancellation: Optional[Dict[str, Any]] = None
     connection: Any = None
     # Set when the step ended without the handler (its deadline passed, or the
     # worker's drain reached its limit): the handler should stop; its
@@ -230,7 +234,7 @@ def claims_from(rows, connection) -> List[Claim]:
                           signals=ctx.get("signals") or [], children=ctx.get("children") or [],
                           timed_out=bool(ctx.get("timed_out")), queue=ctx["queue"],
                           trace_context=ctx.get("trace_context"), idempotency_key=ctx["idempotency_key"],
-                          deadline=ctx.get("deadline"), connection=connection)
+                          deadline=ctx.get("deadline"), cancellation=ctx.get("cancelled"), connection=connection)
         expires = None if seconds_left is None else time.monotonic() + seconds_left
         claims.append(Claim(id_, fsm, version, step, state, context, token, expires))
     return claims

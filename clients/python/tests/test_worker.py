@@ -55,6 +55,29 @@ class WorkerTest(ServerTest):
                                            [ids, status]).fetchone()[0] == len(ids), timeout,
                    f"{len(ids)} {status}")
 
+    def test_a_compensation_is_told_why_it_runs(self):
+        fsm = self.name("refunded")
+        self.db.execute("SELECT gd_define_fsm(%s, 'pack', %s, on_cancel => 'refund', steps => %s)",
+                        [fsm, self.queue, psycopg.types.json.Jsonb({"pack": {}, "refund": {}})])
+        told = []
+
+        def pack(state, ctx):
+            told.append(ctx.cancellation)
+            return wait_signal(["paid"])
+
+        def refund(state, ctx):
+            told.append(ctx.cancellation)
+            return done({"refunded": state["n"]})
+        instance = self.client.insert(fsm, {"n": 7})
+        with running(self.worker({(fsm, "pack"): pack, (fsm, "refund"): refund})):
+            self.until(lambda: self.status(instance)[0] == "awaiting_signal", message="the wait")
+            self.assertTrue(self.client.cancel(instance, "out of stock"))
+            self.wait_all([instance], "cancelled")
+        self.assertIsNone(told[0])
+        self.assertEqual({k: told[1][k] for k in ("reason", "step", "attempt", "status")},
+                         {"reason": "out of stock", "step": "pack", "attempt": 1, "status": "awaiting_signal"})
+        self.assertEqual(self.client.get(instance).result, {"refunded": 7})
+
     def test_several_queues_concurrency_and_exactly_once_effects(self):
         ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(30)])
         with running(self.worker(self.handlers(), concurrency=3, batch=4)):

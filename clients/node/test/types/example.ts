@@ -34,6 +34,9 @@ async function main(): Promise<void> {
   worker.step('checkout', 'receipt', () => waitSignal(['delivered'], { timeout: 86400, thenStep: 'close' }));
   worker.step('checkout', 'close', () => spawn([{ fsm: 'survey', state: { order: 1 } }], 'end'));
   worker.step('checkout', 'end', () => done({ closed: true }));
+  // The FSM's on_cancel step: told why a gd_cancel sent the order there, and where it was.
+  worker.step('checkout', 'refund', (state: State, ctx: Context) =>
+    done({ refunded: ctx.cancelled !== null && ctx.cancelled.step !== 'charge', reason: ctx.cancelled?.reason ?? '' }));
   await worker.run();
 
   // A test of it, in one transaction rolled back at the end.
