@@ -165,3 +165,22 @@ test('the exporter\'s checkpoint: nothing sent twice, a failed export sent again
   assert.equal(memory.getFinishedSpans().filter((span) => span.attributes['gen_durable.fsm'] === setting.order).length, 4);
   for (const e of [down, exporter, restarted]) await e.close();
 });
+
+test('a step whose transaction commits late is not passed over', async (t) => {
+  const setting = await setup(t);
+  const { s, audit, client, traceparent, spans } = setting;
+  const exporter = setting.exporter({ checkpointTable: `gd_trace_checkpoints_${s.tag}` });
+  const late = await client.insert(audit, {}, { traceContext: traceparent });
+  const open = await require('./support').admin();
+  t.after(() => open.end());
+  await open.query('BEGIN');
+  await open.query('SELECT gd_drain($1)', [s.queue]); // its check ran, not committed yet
+  const early = await client.insert(audit, {}, { traceContext: traceparent });
+  assert.equal(await client.drain(s.queue), 1); // committed, and ended after the late one
+  await exporter.exportOnce();
+  assert.deepEqual(spans(), [], 'held back while a transaction that began before it is open');
+  await open.query('COMMIT');
+  await exportUntil(exporter, spans, 2);
+  assert.deepEqual(spans().map((span) => span.attributes['gen_durable.instance_id']), [late, early]);
+  await exporter.close();
+});
