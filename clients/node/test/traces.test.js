@@ -7,6 +7,7 @@
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const crypto = require('crypto');
+const http = require('http');
 const { SpanKind, SpanStatusCode } = require('@opentelemetry/api');
 const { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } = require('@opentelemetry/sdk-trace-base');
 const { Client, Worker, StepSpanExporter, nextStep } = require('..');
@@ -183,4 +184,40 @@ test('a step whose transaction commits late is not passed over', async (t) => {
   await exportUntil(exporter, spans, 2);
   assert.deepEqual(spans().map((span) => span.attributes['gen_durable.instance_id']), [late, early]);
   await exporter.close();
+});
+
+test('over OTLP (HTTP, JSON) to a collector: the in-database steps\' spans, under the caller\'s span', async (t) => {
+  const setting = await setup(t);
+  const { s, audit, client, traceparent, traceId, callerSpanId } = setting;
+  const { OTLPTraceExporter } = require('@opentelemetry/exporter-trace-otlp-http');
+  const received = [];
+  const collector = http.createServer((request, response) => {
+    let body = '';
+    request.on('data', (chunk) => { body += chunk; });
+    request.on('end', () => {
+      received.push({ path: request.url, body: JSON.parse(body) });
+      response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise((resolve) => collector.listen(0, '127.0.0.1', resolve));
+  t.after(() => collector.close());
+  const exporter = setting.exporter({
+    checkpointTable: `gd_trace_checkpoints_${s.tag}`,
+    spanExporter: new OTLPTraceExporter({ url: `http://127.0.0.1:${collector.address().port}/v1/traces` }),
+  });
+  const id = await client.insert(audit, {}, { traceContext: traceparent });
+  await client.drain(s.queue);
+  const ours = () => received.flatMap((r) => r.body.resourceSpans.flatMap((rs) => rs.scopeSpans.flatMap((ss) => ss.spans)))
+    .filter((span) => span.traceId === traceId);
+  const deadline = Date.now() + 20000;
+  while (ours().length === 0 && Date.now() < deadline) await exporter.exportOnce();
+  await exporter.close();
+  assert.ok(received.every((r) => r.path === '/v1/traces'));
+  const [span] = ours();
+  assert.equal(ours().length, 1);
+  assert.equal(span.parentSpanId, callerSpanId);
+  assert.equal(span.name, `gen_durable step ${audit}.check`);
+  const attributes = Object.fromEntries(span.attributes.map((a) => [a.key, Object.values(a.value)[0]]));
+  assert.equal(Number(attributes['gen_durable.instance_id']), id);
+  assert.equal(attributes['gen_durable.outcome'], 'done');
 });
