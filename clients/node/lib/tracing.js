@@ -25,7 +25,8 @@ function openTelemetry(what) {
   return api;
 }
 
-const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+// A traceparent as the engine accepts it: a later version than 00 may add fields after a dash.
+const TRACEPARENT = /^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-|$)/;
 
 /**
  * The context a step's span starts in: the instance's traceparent as a
