@@ -1,7 +1,8 @@
 # The Node.js client (clients/node, with npm's pg, TypeScript and the types
 # from its package-lock.json, installed by check.sh): its own test suite
-# (clients/node/test, node:test) runs against a cluster, each JavaScript test
-# one assertion here; then its install into an application, its ES module
+# (clients/node/test, node:test: traces.test.js the steps' spans through
+# OpenTelemetry's SDK) runs against a cluster, each JavaScript test one
+# assertion here; then its install into an application, its ES module
 # face and its TypeScript declarations.
 use strict;
 use warnings;
@@ -38,6 +39,8 @@ like($packed, qr/^gen-durable-[\d.]+\.tgz$/, 'npm pack makes the client\'s tarba
 ($out, $err) = run_command([ 'npm', 'install', '--prefix', $app, '--no-audit', '--no-fund', '--loglevel=error', "$app/$packed" ]);
 ok(-d "$app/node_modules/pg" && -f "$app/node_modules/gen-durable/lib/index.js",
 	'installed into the application with its dependency pg') or diag "$out\n$err";
+ok(!-e "$app/node_modules/\@opentelemetry/api",
+	'without OpenTelemetry (an optional peer dependency): the example below runs with no tracing');
 # As an ES module too, by name.
 PostgreSQL::Test::Utils::append_to_file("$app/esm.mjs", q{
 import { Client, Worker, nextStep } from 'gen-durable';

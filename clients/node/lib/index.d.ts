@@ -128,6 +128,13 @@ export interface WorkerOptions {
   pooler?: boolean | null;
   apiSchema?: string | null;
   log?: { info(message: string): void; warn(message: string): void };
+  /** An OpenTelemetry Tracer (@opentelemetry/api's) for the steps' spans; default: the global provider's. */
+  tracer?: OpenTelemetryTracer | null;
+}
+
+/** The part of @opentelemetry/api's Tracer the worker uses (that package is an optional peer dependency). */
+export interface OpenTelemetryTracer {
+  startSpan(name: string, options?: object, context?: unknown): unknown;
 }
 
 export class Worker {
@@ -135,6 +142,39 @@ export class Worker {
   step(fsm: string, step: string, handler: Handler): this;
   run(options?: { signals?: boolean }): Promise<void>;
   stop(): void;
+}
+
+/** The part of an OpenTelemetry SpanExporter (OTLPTraceExporter, InMemorySpanExporter, ...) the exporter uses. */
+export interface OpenTelemetrySpanExporter {
+  export(spans: unknown[], resultCallback: (result: { code: number; error?: Error }) => void): void;
+  shutdown(): Promise<void>;
+}
+
+export interface StepSpanExporterOptions {
+  spanExporter: OpenTelemetrySpanExporter;
+  /** Its checkpoint's name (default 'default'): one exporter of a name runs at a time. */
+  name?: string;
+  /** Where a new checkpoint starts (default: now). */
+  since?: Date;
+  pageSize?: number;
+  interval?: Seconds;
+  /** Where the checkpoints are kept (default 'gd_trace_checkpoints'; may be schema-qualified). */
+  checkpointTable?: string;
+  /** The spans' OpenTelemetry Resource (the service's name). */
+  resource?: unknown;
+  log?: { info(message: string): void; warn(message: string): void };
+}
+
+/** The spans of in-database steps, from gd.step_history (needs @opentelemetry/api and @opentelemetry/sdk-trace-base). */
+export class StepSpanExporter {
+  constructor(config: string | ClientConfig, options: StepSpanExporterOptions);
+  /** Send the spans of the steps that ended since the last call (a page at most); how many. */
+  exportOnce(): Promise<number>;
+  /** Export every `interval` seconds until stop(), then close(). */
+  run(): Promise<void>;
+  stop(): void;
+  /** End its connection and shut the span exporter down. */
+  close(): Promise<void>;
 }
 
 export function connect(config?: string | ClientConfig,

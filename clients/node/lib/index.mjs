@@ -2,6 +2,6 @@
 import gd from './index.js';
 
 export const {
-  Client, Worker, connect, behindPooler, nextStep, retry, waitSignal, spawn, done, stop, testTransaction,
+  Client, Worker, connect, behindPooler, nextStep, retry, waitSignal, spawn, done, stop, testTransaction, StepSpanExporter,
 } = gd;
 export default gd;

@@ -28,13 +28,18 @@
  *    drainTimeout seconds, or is left behind and handed back), the rest of
  *    its batch goes back (gd_release), run() resolves;
  *  - the API's functions are called in the extension's schema, looked up
- *    once per connection, or in `apiSchema` if given.
+ *    once per connection, or in `apiSchema` if given;
+ *  - with @opentelemetry/api installed, each step runs in a span
+ *    (tracing.js): a child of its instance's trace context, with the
+ *    instance, FSM, step, attempt and outcome; on `tracer` if given, else
+ *    the global tracer provider's.
  */
 const os = require('os');
 const pg = require('pg');
 const { connect, toId } = require('./client');
 const { isOutcome, retry, interval } = require('./outcomes');
 const { statements, apiSchemaOption, SQL } = require('./sql');
+const { workerTracer, startStepSpan, endStepSpan, engineKind, inContext } = require('./tracing');
 
 const INVALID_PARAMETER_VALUE = '22023';
 const IN_FAILED_SQL_TRANSACTION = '25P02';
@@ -43,6 +48,8 @@ const QUERY_CANCELED = '57014';
 // What became of a step whose handler did not end in time (Worker.call).
 const OVERRAN = Symbol('overran');
 const ABANDONED = Symbol('abandoned');
+// The error a handler threw, on the failed attempt's outcome (for its span; not sent).
+const THROWN = Symbol('thrown');
 
 /**
  * ctx.connection: the lane's client, the handler's while its step runs.  The
@@ -106,12 +113,13 @@ const quietLog = { info() {}, warn: (m) => console.warn(m) };
 class Worker {
   constructor(config = {}, {
     handlers = {}, queues = null, concurrency = 1, batch = 10, lease = 30, wait = 5, name = null,
-    pooler = null, apiSchema = null, drainTimeout = 30, log = quietLog,
+    pooler = null, apiSchema = null, drainTimeout = 30, log = quietLog, tracer = null,
   } = {}) {
     if (concurrency < 1 || batch < 1) throw new RangeError('concurrency and batch must be at least 1');
     if (!(wait > 0 && wait <= 3600)) throw new RangeError('wait must be between 0 and 3600 seconds');
     Object.assign(this, { config, queues, concurrency, batch, lease, wait, pooler, drainTimeout, log });
     this.apiSchema = apiSchemaOption(apiSchema);
+    this.tracer = workerTracer(tracer);
     this.name = name ?? `${os.hostname()}:${process.pid}`;
     this.handlers = new Map(Object.entries(handlers)); // 'fsm/step' -> handler
     this.stopping = false;
@@ -288,7 +296,7 @@ class Worker {
     while (next < claims.length && !this.stopping) {
       const claim = claims[next];
       const step = stepConnection(client);
-      const outcome = await this.call(client, claim, step);
+      const outcome = await this.traced(claim, () => this.call(client, claim, step));
       if (outcome === ABANDONED) break; // goes back with the rest
       next++;
       if (outcome === OVERRAN) continue;
@@ -352,6 +360,23 @@ class Worker {
     if (isOutcome(outcome)) return outcome;
     await this.rollBack(client, step);
     return notAnOutcome(outcome, this.name);
+  }
+
+  /** Run the step (`run`: Worker.call) in its span, which ends with what became of it. */
+  async traced(claim, run) {
+    if (this.tracer === null) return run();
+    const { span, context } = startStepSpan(this.tracer, { ...claim.ctx, worker: this.name });
+    let outcome;
+    try {
+      outcome = await inContext(context, run);
+    } catch (e) {
+      endStepSpan(span, 'lost', e); // its lane reconnects: the claim's lease expires
+      throw e;
+    }
+    if (outcome === OVERRAN) endStepSpan(span, 'retry', { message: 'the step ran past its deadline' });
+    else if (outcome === ABANDONED) endStepSpan(span, 'released', null);
+    else endStepSpan(span, engineKind(outcome), outcome[THROWN] ?? outcome.error ?? null); // retry's, stop's
+    return outcome;
   }
 
   async rollBack(client, step) {
@@ -458,7 +483,8 @@ function cancelStatement(client) {
 
 /** A handler threw: the attempt failed, as when an in-database handler raises. */
 function failedAttempt(error, worker) {
-  return retry({ message: String(error.message ?? error), type: error.name ?? typeof error, worker });
+  const outcome = retry({ message: String(error.message ?? error), type: error.name ?? typeof error, worker });
+  return Object.defineProperty(outcome, THROWN, { value: error instanceof Error ? error : new Error(String(error)) });
 }
 
 function notAnOutcome(value, worker) {

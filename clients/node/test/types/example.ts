@@ -1,9 +1,10 @@
 // The README's client and worker, typed: `tsc -p test/types` (048) checks
 // lib/index.d.ts against the way it is meant to be used.
 import {
-  Client, Worker, nextStep, retry, done, waitSignal, spawn, stop, testTransaction, type Context, type State,
-  type TestTransaction,
+  Client, Worker, nextStep, retry, done, waitSignal, spawn, stop, testTransaction, StepSpanExporter, type Context,
+  type State, type TestTransaction,
 } from 'gen-durable';
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 
 declare const psp: { charge(amount: number, options: { idempotencyKey: string; signal: AbortSignal }): Promise<string> };
 
@@ -50,6 +51,18 @@ async function main(): Promise<void> {
     return `${ran} ${later.toISOString()} ${row?.status}`;
   });
   console.log(settled);
+
+  // Traces: the worker's spans on an SDK's tracer, the in-database steps' from the step history.
+  const memory = new InMemorySpanExporter();
+  const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(memory)] });
+  const traced = new Worker('postgresql://app@localhost/app', { tracer: provider.getTracer('checkout') });
+  traced.step('checkout', 'charge', () => nextStep('receipt'));
+  const exporter = new StepSpanExporter('postgresql://monitor@localhost/app', {
+    spanExporter: memory, name: 'checkout', since: new Date(), pageSize: 100, checkpointTable: 'tracing.checkpoints',
+  });
+  const sent: number = await exporter.exportOnce();
+  await exporter.close();
+  console.log(sent, memory.getFinishedSpans().length);
 }
 
 void main();
