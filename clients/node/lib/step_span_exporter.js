@@ -40,7 +40,8 @@ const SQL = {
   checkpoint: (table) => `SELECT ended_at::text, instance_id FROM ${table} WHERE exporter = $1 FOR UPDATE NOWAIT`,
   bound: `SELECT least(clock_timestamp(), min(xact_start))::text AS bound FROM pg_stat_activity
            WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-  // The in-database steps (a handler) that ended after the checkpoint and before the bound.
+  // The in-database steps (a handler) that ended after the checkpoint and before the bound (not the
+  // history's rows of repairs: gd_rewind, gd_fork and gd_migrate ran no step).
   steps: `SELECT h.instance_id AS id, i.fsm, i.version, h.step, h.attempt, h.kind, h.error, h.worker,
                  i.trace_context AS "traceContext", h.ended_at::text AS "endedAt",
                  (extract(epoch FROM h.started_at) * 1000000)::bigint::text AS "startedUs",
@@ -48,7 +49,7 @@ const SQL = {
             FROM gd.step_history h
             JOIN gd.instances i ON i.id = h.instance_id
             JOIN gd.steps s ON (s.fsm, s.version, s.step) = (i.fsm, i.version, h.step)
-           WHERE s.handler IS NOT NULL
+           WHERE s.handler IS NOT NULL AND h.kind NOT IN ('rewind', 'fork', 'migrate')
              AND (h.ended_at, h.instance_id) > ($1::timestamptz, $2::bigint) AND h.ended_at < $3::timestamptz
            ORDER BY h.ended_at, h.instance_id
            LIMIT $4`,
