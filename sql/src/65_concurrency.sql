@@ -100,6 +100,17 @@ BEGIN
     RETURN true;
 END $$;
 
+-- Whether an instance an operator moves to another step (gd_rewind, a
+-- compensating gd_cancel) waits for its key, by the status it was in: a
+-- running one keeps its turn; a parked one still holds a key of the run
+-- scope, else waits its turn as a resumed one does; a failed one takes its
+-- key again, or waits.
+CREATE OR REPLACE FUNCTION gd._gated_when_moved(was gd.status, gated boolean, key_owner oid, key text)
+RETURNS boolean LANGUAGE sql AS $$
+    SELECT CASE WHEN was IN ('runnable', 'executing') THEN gated
+                ELSE gd._must_gate(key_owner, key, resuming => was <> 'failed') END
+$$;
+
 -- The best waiting instances under a key, as many as `room`: key_owner's,
 -- or for a shared limit every owner's (each owner's best, one index descent
 -- for each owner waiting, then the best of those).

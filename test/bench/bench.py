@@ -21,6 +21,9 @@ benchmark itself could not run).  Knobs (environment):
                                       (a limit far above the run's pace: every
                                       step takes a token, none waits)
   BENCH_POLICY_KEYS      keys or buckets of BENCH_POLICY   (default 1000)
+  BENCH_FAIR_FLOOD       W11: tenant A's jobs, inserted at once (default 200000)
+  BENCH_FAIR_RATE        W11: tenant B's jobs per second   (default 100)
+  BENCH_FAIR_SECONDS     W11: how long tenant B runs alone (default 10)
 
 Throughput is measured with server timestamps: from just before the COMMIT
 that makes the work visible (gen_durable) or from the first worker's start
@@ -55,7 +58,10 @@ LATENCY_BUDGET_S = 120.0  # W2 stops early (and says so) past this
 FLOOR_WORKERS = 2          # matches gen_durable.queues = 'default:2'
 FLOOR_BATCH = 64           # matches gen_durable.batch_size's default
 N_W4 = int(os.environ.get("BENCH_FANOUT_CHILDREN", "10000"))
-N_BACKLOG = int(os.environ.get("BENCH_BACKLOG", "200000"))  # the issue says 1,000,000: see run.sh
+N_BACKLOG = int(os.environ.get("BENCH_BACKLOG", "200000"))
+N_FAIR_FLOOD = int(os.environ.get("BENCH_FAIR_FLOOD", "200000"))
+FAIR_RATE = float(os.environ.get("BENCH_FAIR_RATE", "100"))
+FAIR_SECONDS = float(os.environ.get("BENCH_FAIR_SECONDS", "10"))  # the issue says 1,000,000: see run.sh
 N_LAT_BACKLOG = max(N_LAT // 4, 20)  # W5's latency: W2 one at a time with the backlog still waiting
 SYSTEMS = [s for s in os.environ.get("BENCH_SYSTEMS", "gd,gdext,pgboss,graphile,pgq,dbos,floor").split(",") if s]
 WORKLOADS = [w for w in os.environ.get("BENCH_WORKLOADS", "w1,w3,w4,w2,w5,w6").split(",") if w]
@@ -743,6 +749,77 @@ def w6_horizon(admin, system):
     return rate, r
 
 
+def fair_trickle(stop, inserted):
+    """W11's tenant B: a job every 1/FAIR_RATE s, each in its own transaction, until `stop` is set."""
+    conn = connect()
+    conn.execute("SET ROLE bench_tenant_b")
+    period, due = 1.0 / FAIR_RATE, time.monotonic()
+    while not stop.is_set():
+        conn.execute("SELECT gd_insert('fair_b')")
+        inserted.append(1)
+        due += period
+        time.sleep(max(0.0, due - time.monotonic()))
+    conn.close()
+
+
+def fair_flood(admin):
+    """W11's tenant A: N_FAIR_FLOOD jobs in one transaction; its jobs/s from the commit to its last completion."""
+    conn = connect(autocommit=False)
+    conn.execute("SET ROLE bench_tenant_a")
+    conn.execute("SELECT count(*) FROM gd_insert_all('fair_a', (SELECT jsonb_agg(jsonb_build_object("
+                 "'state', jsonb_build_object('n', g))) FROM generate_series(1, %s) g))", (N_FAIR_FLOOD,))
+    conn.commit()
+    conn.close()
+    t0 = one(admin, "SELECT clock_timestamp()")
+    done = wait_ledger(admin, "bench.fair_ledger", N_FAIR_FLOOD, time.monotonic() + TIMEOUT, "tenant = 'fair_a'")
+    last = one(admin, "SELECT max(at) FROM bench.fair_ledger WHERE tenant = 'fair_a'")
+    elapsed = (last - t0).total_seconds() if last else float("nan")
+    return {"jobs": done, "complete": done >= N_FAIR_FLOOD, "elapsed_s": elapsed,
+            "jobs_per_s": done / elapsed if elapsed and elapsed > 0 else 0.0}
+
+
+def fair_b_latency(admin):
+    """Tenant B's jobs, insert to completion (created_at, its insert's transaction, to finished_at), in ms."""
+    rows = admin.execute("SELECT (extract(epoch FROM finished_at - created_at) * 1000)::float8 FROM gd.instances"
+                         " WHERE fsm = 'fair_b' AND status = 'done'").fetchall()
+    return summary([r[0] for r in rows])
+
+
+def w11_fair_share(admin):
+    """W11: tenant B's latency and tenant A's throughput, each alone, then B's trickle through A's flood on the
+    same queue (docs/performance.md: B's p99 within 2x of B alone, A's jobs/s within 10% of A alone)."""
+    def scenario(with_flood, with_trickle):
+        reset(admin)
+        admin.execute("TRUNCATE bench.fair_ledger")
+        quiesce(admin)
+        stop, inserted = threading.Event(), []
+        trickle = threading.Thread(target=fair_trickle, args=(stop, inserted))
+        if with_trickle:
+            trickle.start()
+        flood = fair_flood(admin) if with_flood else None
+        if with_trickle:
+            if not with_flood:
+                time.sleep(FAIR_SECONDS)
+            stop.set()
+            trickle.join()
+            wait_ledger(admin, "bench.fair_ledger", len(inserted), time.monotonic() + TIMEOUT, "tenant = 'fair_b'")
+        return {"flood": flood, "b_ms": fair_b_latency(admin) if with_trickle else None}
+
+    log(f"W11: tenant B alone ({FAIR_RATE:.0f} jobs/s for {FAIR_SECONDS:.0f} s)")
+    b_alone = scenario(False, True)["b_ms"]
+    log(f"    B p50 {b_alone['p50']:.1f} ms, p99 {b_alone['p99']:.1f} ms over {b_alone['n']}")
+    log(f"W11: tenant A alone ({N_FAIR_FLOOD:,} jobs at once)")
+    a_alone = scenario(True, False)["flood"]
+    log(f"    A {a_alone['jobs_per_s']:,.0f} jobs/s")
+    log("W11: tenant B's trickle through tenant A's flood, one queue")
+    both = scenario(True, True)
+    log(f"    A {both['flood']['jobs_per_s']:,.0f} jobs/s; B p50 {both['b_ms']['p50']:.1f} ms,"
+        f" p99 {both['b_ms']['p99']:.1f} ms over {both['b_ms']['n']}")
+    return {"b_alone_ms": b_alone, "a_alone": a_alone, "a_with_b": both["flood"], "b_with_a_ms": both["b_ms"],
+            "b_p99_ratio": both["b_ms"]["p99"] / b_alone["p99"] if b_alone["p99"] else None,
+            "a_ratio": both["flood"]["jobs_per_s"] / a_alone["jobs_per_s"] if a_alone["jobs_per_s"] else None}
+
+
 def w8_growth():
     """W8: W1 and W2 of gen_durable (in-db, and external when measured) with 0, 1,000,000 and
     10,000,000 finished instances not yet swept (BENCH_W8_SIZES) plus 1,000,000 scheduled in each
@@ -1309,6 +1386,11 @@ def main():
 
     if "w10" in WORKLOADS:
         res["w10"] = w10_producers(admin)
+
+    if "w11" in WORKLOADS:
+        res["w11"] = w = w11_fair_share(admin)
+        print(f"W11 fair share: B's p99 with A's flood / alone {w['b_p99_ratio']:.1f} (goal <= 2);"
+              f" A's jobs/s with B / alone {w['a_ratio']:.2f} (goal >= 0.9)")
 
     if "w8" in WORKLOADS:
         log("W8: W1 and W2 as the table grows (finished rows not yet swept, plus scheduled ones)")

@@ -26,6 +26,9 @@
 #       scenario is W9: executors and worker connections terminated at load
 #   W8  (not by default) W1 and W2 with 0, 1,000,000 and 10,000,000 finished
 #       instances not yet swept plus 1,000,000 scheduled
+#   W11 (not by default) fair share: tenant B inserting BENCH_FAIR_RATE (100) jobs/s
+#       alone, tenant A inserting BENCH_FAIR_FLOOD (200000) at once alone, then
+#       both on one queue: B's insert-to-done p50/p99 and A's jobs/s, each against alone
 #   W10 (not by default) 16 producers each committing one job per transaction
 #       for 60 s (BENCH_W10_PRODUCERS, BENCH_W10_SECONDS): completions/s and
 #       commit latency, gen_durable's external worker with claims that wait

@@ -123,3 +123,27 @@ BEGIN
         INSERT INTO bench.ceiling_ledger (job_id, payload) VALUES (i, jsonb_build_object('n', i));
     END LOOP;
 END $$;
+
+-- ---------------------------------------------------------------- fair share
+-- W11: two tenants sharing queue 'default', each owning an FSM of one step
+-- that writes this ledger (the tenant in `tenant`).
+CREATE TABLE bench.fair_ledger (id bigserial PRIMARY KEY, tenant text NOT NULL, job_id bigint NOT NULL,
+                                at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE FUNCTION bench.fair_step(state jsonb, ctx gd.context) RETURNS gd.outcome
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO bench.fair_ledger (tenant, job_id) VALUES (ctx.fsm, ctx.id);
+    RETURN gd_done();
+END $$;
+CREATE ROLE bench_tenant_a;
+CREATE ROLE bench_tenant_b;
+GRANT USAGE ON SCHEMA bench TO bench_tenant_a, bench_tenant_b;
+GRANT INSERT ON bench.fair_ledger TO bench_tenant_a, bench_tenant_b;
+GRANT USAGE ON SEQUENCE bench.fair_ledger_id_seq TO bench_tenant_a, bench_tenant_b;
+SET ROLE bench_tenant_a;
+SELECT gd_define_fsm(name => 'fair_a', initial => 'only', queue => 'default',
+                     steps => '{"only": {"handler": "bench.fair_step(jsonb, gd.context)"}}');
+SET ROLE bench_tenant_b;
+SELECT gd_define_fsm(name => 'fair_b', initial => 'only', queue => 'default',
+                     steps => '{"only": {"handler": "bench.fair_step(jsonb, gd.context)"}}');
+RESET ROLE;
