@@ -176,6 +176,8 @@ void gd_wake_database_at_commit();
 void gd_wake_awaiters_at_commit(int64 instance_id);
 /* At commit, wake this database's reaper (a child finished: its parent may resume). */
 void gd_wake_reaper_at_commit();
+/* At commit, wake the launcher: a database was created, perhaps one it waits for. */
+void gd_wake_launcher_at_commit();
 void gd_register_xact_callback();
 void gd_register_await_cleanup(); /* await.cpp */
 /* Sleep until this backend's wait slot is woken, `timeout_ms` pass, or a cancel (await.cpp). */

@@ -5,8 +5,10 @@
  * concurrency), starts the planned workers as
  * dynamic background workers, stops the ones no longer planned after a
  * reload, and restarts workers that died: at once when they had served,
- * backing off when one keeps dying soon after starting without (a database
- * that does not exist, say).
+ * backing off when one keeps dying soon after starting without.  A listed
+ * database that does not exist (not yet, or no more) gets no workers: the
+ * launcher says so once, and starts them when it appears (CREATE DATABASE
+ * wakes it at commit; it also looks every few seconds).
  *
  * It starts only once recovery has finished, so a hot standby runs nothing
  * and the engine starts on promotion.  If the launcher itself dies, the
@@ -18,18 +20,26 @@
 #include "pg_compat.hpp"
 
 extern "C" {
+#include "access/heapam.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "tcop/tcopprot.h"
+#include "utils/snapmgr.h"
 #include "utils/guc.h"
 #include "utils/wait_event.h"
 }
 
+#include <algorithm>
 #include <csignal>
+#include <string>
 #include <vector>
 
 namespace {
@@ -53,6 +63,7 @@ struct SlotControl {
 constexpr long MAX_RESTART_DELAY_MS = 60 * 1000;
 constexpr long QUICK_FAILURE_MS = 10 * 1000;
 constexpr long RETRY_REGISTER_MS = 10 * 1000;
+constexpr long MISSING_DATABASE_POLL_MS = 5 * 1000;
 
 /* Globals rather than locals, so no C++ destructor is skipped by a longjmp. */
 std::vector<PlannedWorker> plan;
@@ -60,6 +71,79 @@ std::vector<bool> covered; /* per planned worker: has a slot (scratch of reconci
 SlotControl control[GD_MAX_WORKERS];
 bool warned_no_bgworker_slots = false;
 bool warned_plan_too_large = false;
+/* The listed databases that did not exist when last looked at (reported once each). */
+std::vector<std::string> missing_databases;
+std::vector<std::string> missing_now;  /* scratch of find_missing_databases */
+std::vector<bool> database_missing; /* per planned worker: its database is among them (scratch of reconcile) */
+
+/*
+ * The oid of the database of that name, InvalidOid if there is none — or if
+ * another transaction holds it exclusively (DROP DATABASE does, from before
+ * it ends the database's sessions until it commits: workers started then
+ * would fail to connect).  pg_database is a shared catalog: read as the
+ * autovacuum launcher does, by a heap scan, with no database selected.
+ */
+Oid database_to_serve(const char *name)
+{
+    Oid found = InvalidOid;
+    StartTransactionCommand();
+    (void) GetTransactionSnapshot();
+    Relation databases = table_open(DatabaseRelationId, AccessShareLock);
+    TableScanDesc scan = table_beginscan_catalog(databases, 0, nullptr);
+    for (HeapTuple tuple; (tuple = heap_getnext(scan, ForwardScanDirection)) != nullptr;) {
+        auto *database = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
+        if (strcmp(NameStr(database->datname), name) == 0) {
+            found = database->oid;
+            break;
+        }
+    }
+    table_endscan(scan);
+    table_close(databases, AccessShareLock);
+    if (OidIsValid(found)) {
+        LOCKTAG tag;
+        SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, found, 0);
+        if (LockAcquire(&tag, AccessShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+            found = InvalidOid;
+        else
+            LockRelease(&tag, AccessShareLock, false);
+    }
+    CommitTransactionCommand();
+    return found;
+}
+
+/*
+ * Look at each planned database: mark the planned workers of the ones that
+ * do not exist, and say when one goes missing or appears.  True if any is
+ * missing (the launcher looks again later).
+ */
+bool find_missing_databases()
+{
+    missing_now.clear();
+    database_missing.assign(plan.size(), false);
+    for (size_t p = 0; p < plan.size(); p++) {
+        bool seen = false;
+        for (size_t q = 0; q < p && !seen; q++)
+            if (strcmp(plan[q].database, plan[p].database) == 0) {
+                database_missing[p] = database_missing[q];
+                seen = true;
+            }
+        if (seen)
+            continue;
+        database_missing[p] = !OidIsValid(database_to_serve(plan[p].database));
+        if (database_missing[p])
+            missing_now.emplace_back(plan[p].database);
+    }
+    for (const std::string &name : missing_now)
+        if (std::find(missing_databases.begin(), missing_databases.end(), name) == missing_databases.end())
+            ereport(LOG, (errmsg("gen_durable: database \"%s\" in gen_durable.database does not exist; its workers "
+                                 "start when it is created",
+                                 name.c_str())));
+    for (const std::string &name : missing_databases)
+        if (std::find(missing_now.begin(), missing_now.end(), name) == missing_now.end())
+            ereport(LOG, (errmsg("gen_durable: database \"%s\" exists now; starting its workers", name.c_str())));
+    missing_databases.swap(missing_now);
+    return !missing_databases.empty();
+}
 
 void build_plan()
 {
@@ -216,7 +300,7 @@ void schedule_restart(int index, TimestampTz now)
 long reconcile()
 {
     TimestampTz now = GetCurrentTimestamp();
-    long next_action_ms = -1;
+    long next_action_ms = find_missing_databases() ? MISSING_DATABASE_POLL_MS : -1;
     covered.assign(plan.size(), false);
     bool skip_backoff = pg_atomic_exchange_u32(&gd_shared->restart_now, 0) != 0;
 
@@ -227,7 +311,7 @@ long reconcile()
         SlotControl &c = control[i];
         int planned = -1;
         for (size_t p = 0; p < plan.size() && planned < 0; p++)
-            if (!covered[p] && slot_matches(slot, plan[p]))
+            if (!covered[p] && !database_missing[p] && slot_matches(slot, plan[p]))
                 planned = static_cast<int>(p);
 
         pid_t pid = 0;
@@ -257,7 +341,7 @@ long reconcile()
     }
 
     for (size_t p = 0; p < plan.size(); p++) {
-        if (covered[p])
+        if (covered[p] || database_missing[p])
             continue;
         int index = assign_slot(plan[p]);
         if (index < 0) {

@@ -9,7 +9,9 @@
  *   - CREATE EXTENSION gen_durable over an existing schema gd, which the
  *     extension would have to own, is refused with a message that says so.
  * It also tells notify.cpp who listens on gd_work (LISTEN, UNLISTEN,
- * DISCARD ALL), so commits send NOTIFY only while someone does.
+ * DISCARD ALL), so commits send NOTIFY only while someone does, and wakes
+ * the launcher when CREATE DATABASE commits (the database may be one it
+ * waits for).
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
@@ -76,6 +78,8 @@ void check_utility(const PlannedStmt *statement)
         refuse_drop_by_non_owner(reinterpret_cast<const DropStmt *>(parsed));
     else if (IsA(parsed, CreateExtensionStmt))
         refuse_create_over_schema_gd(reinterpret_cast<const CreateExtensionStmt *>(parsed));
+    else if (IsA(parsed, CreatedbStmt))
+        gd_wake_launcher_at_commit(); /* it may be one gen_durable.database lists and the launcher waits for */
     else
         gd_note_listening(parsed);
 }

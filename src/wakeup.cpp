@@ -37,6 +37,7 @@ boost::container::small_vector<PendingWake, 4> pending_wakes;
 bool pending_database_wake = false;
 boost::container::small_vector<int64, 64> pending_awaited;
 bool pending_reaper_wake = false;
+bool pending_launcher_wake = false;
 
 bool executor_of_this_database(const WorkerSlot &slot)
 {
@@ -63,6 +64,8 @@ void wake_queue_executors(const PendingWake &wake)
 void wake_workers()
 {
     LWLockAcquire(gd_shared->lock, LW_SHARED);
+    if (pending_launcher_wake && gd_shared->launcher_proc != nullptr)
+        SetLatch(&gd_shared->launcher_proc->procLatch);
     if (pending_reaper_wake)
         for (WorkerSlot &slot : gd_shared->workers)
             if (slot.kind == WorkerKind::reaper && slot.proc != nullptr && slot.database_oid == MyDatabaseId)
@@ -108,7 +111,7 @@ void on_transaction_end(XactEvent event, void *)
         gd_wake_claimers_at_commit();
         if (gd_shared == nullptr)
             break;
-        if (!pending_wakes.empty() || pending_database_wake || pending_reaper_wake)
+        if (!pending_wakes.empty() || pending_database_wake || pending_reaper_wake || pending_launcher_wake)
             wake_workers();
         if (!pending_awaited.empty())
             wake_awaiters();
@@ -125,6 +128,7 @@ void on_transaction_end(XactEvent event, void *)
     pending_database_wake = false;
     pending_awaited.clear();
     pending_reaper_wake = false;
+    pending_launcher_wake = false;
 }
 
 } // namespace
@@ -156,6 +160,11 @@ void gd_wake_database_at_commit()
 void gd_wake_reaper_at_commit()
 {
     pending_reaper_wake = true;
+}
+
+void gd_wake_launcher_at_commit()
+{
+    pending_launcher_wake = true;
 }
 
 void gd_wake_awaiters_at_commit(int64 instance_id)
