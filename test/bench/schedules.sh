@@ -35,7 +35,7 @@ for v in SCHED_COUNT SCHED_MINUTES SCHED_PGCRON_MAX_RUNNING; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || { echo "schedules: $v must be a positive whole number" >&2; exit 2; }
 done
 
-gd_bootstrap_deps
+gd_bootstrap_deps test
 if [[ "$(dpkg-query -W -f='${Status}' postgresql-15-cron 2>/dev/null)" != "install ok installed" ]]; then
     [[ $EUID -eq 0 ]] || { echo "schedules: postgresql-15-cron is missing and we are not root" >&2; exit 1; }
     gd_log "installing postgresql-15-cron"

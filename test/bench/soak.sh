@@ -61,7 +61,7 @@ done
 ((SOAK_TICK_MS > 0 && 1000 % SOAK_TICK_MS == 0)) ||
     { echo "soak: SOAK_TICK_MS must divide 1000" >&2; exit 2; }
 
-gd_bootstrap_deps
+gd_bootstrap_deps test
 gd_build_install
 
 # shellcheck source=cluster.sh

@@ -43,19 +43,26 @@ esac
 
 gd_log() { printf '==> %s\n' "$*"; }
 
-# Packages the build and the test suites need: Debian's PostgreSQL of the
-# major (none for one built from source), then the rest.
+# Packages a build and the demo need (GD_PACKAGES): Debian's PostgreSQL of
+# the major (none for one built from source), the compiler, runuser; and what
+# the test suites need besides (GD_TEST_PACKAGES).
 GD_PACKAGES=()
 [[ -n $GD_PG_PREFIX ]] || GD_PACKAGES+=(
     postgresql-$GD_PG_MAJOR             # server, initdb, pg_ctl (pulls postgresql-common: the postgres user)
     postgresql-client-$GD_PG_MAJOR      # psql, createdb, pg_regress, pg_isolation_regress, TAP modules
     postgresql-server-dev-$GD_PG_MAJOR  # pg_config, PGXS
-    postgresql-$GD_PG_MAJOR-plproxy     # the sharding router (sharding/, 055_sharding)
 )
 GD_PACKAGES+=(
     libboost-dev
     g++
     make
+    util-linux                # runuser
+)
+GD_TEST_PACKAGES=()
+[[ -n $GD_PG_PREFIX ]] || GD_TEST_PACKAGES+=(
+    postgresql-$GD_PG_MAJOR-plproxy     # the sharding router (sharding/, 055_sharding)
+)
+GD_TEST_PACKAGES+=(
     perl                      # prove / TAP::Harness
     libipc-run-perl           # PostgreSQL::Test::Utils needs IPC::Run
     python3-psycopg           # the Python client (clients/python), run by TAP tests
@@ -67,7 +74,6 @@ GD_PACKAGES+=(
     python3-starlette python3-uvicorn python3-jinja2 python3-psycopg-pool python3-multipart  # gd-web (web/)
     python3-httpx             # its HTTP tests (Starlette's test client)
     python3-selenium chromium chromium-driver  # its browser tests (053_web)
-    util-linux                # runuser
 )
 
 # The packages among $@ that are not installed, one a line.
@@ -94,9 +100,12 @@ gd_apt_install() {
 }
 
 # Install whatever is missing; silent when everything is already there.
+# gd_bootstrap_deps [test]: install what a build needs, and with `test` what
+# the test suites need too.
 gd_bootstrap_deps() {
-    local missing
-    mapfile -t missing < <(gd_not_installed "${GD_PACKAGES[@]}")
+    local missing wanted=("${GD_PACKAGES[@]}")
+    [[ ${1:-} != test ]] || wanted+=("${GD_TEST_PACKAGES[@]}")
+    mapfile -t missing < <(gd_not_installed "${wanted[@]}")
     gd_apt_install bootstrap "${missing[@]}" || return 1
     # postgresql-common creates it; be robust on a machine where it was removed.
     if ! id postgres >/dev/null 2>&1; then

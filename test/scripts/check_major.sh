@@ -104,7 +104,7 @@ one_result() {
 }
 
 # ---------------------------------------------------------------- bootstrap
-if ! gd_bootstrap_deps; then
+if ! gd_bootstrap_deps test; then
     FAILED=$((FAILED + 1))
     summary_and_exit
 fi
@@ -162,6 +162,7 @@ cp "$ROOT/test/pg_test.conf" "$WORK/pg_test.conf"
 cat "$ROOT/test/pg_test.conf" "$ROOT/test/pg_test_isolation.conf" >"$WORK/pg_test_isolation.conf"
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
 cp -r "$ROOT/examples" "$ROOT/clients" "$ROOT/web" "$ROOT/sharding" "$ROOT/src" "$ROOT/sql" "$ROOT/docs" "$WORK/"   # examples, the client libraries and gd-web, run by TAP tests; the sources and docs, read by some
+mkdir -p "$WORK/test" && cp -r "$ROOT/test/scripts" "$WORK/test/"   # the scripts, read by 062
 # (a failure here fails the Node.js client's test)
 gd_node_client_deps "$WORK/clients/node" || echo "the Node.js client's dependencies could not be installed" >&2
 cp "$ROOT/README.md" "$WORK/README.md"     # its tutorial, run by a TAP test

@@ -113,9 +113,9 @@ GD_CHROOT_FORMAT=2
 # The marker, at the chroot's top, written last.
 GD_CHROOT_MARKER=.gen_durable-chroot
 
-# What the chroot holds (@M@: the major): bootstrap.sh's GD_PACKAGES (so
-# that its check finds nothing missing inside), and what else the suites
-# run.  postgresql-server-dev-@M@ is installed after the stub of its LLVM
+# What the chroot holds (@M@: the major): bootstrap.sh's GD_PACKAGES and
+# GD_TEST_PACKAGES (so that its check finds nothing missing inside), and
+# what else the suites run.  postgresql-server-dev-@M@ is installed after the stub of its LLVM
 # dependencies (see above).  python3-python-multipart: the form parser
 # Starlette needs in trixie, where python3-multipart is another library
 # (defnull's multipart 1.x; bookworm's python3-multipart is the one

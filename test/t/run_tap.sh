@@ -24,6 +24,7 @@ done
 cp "$ROOT"/test/t/*.pm "$WORK/t/"   # shared helpers (GdTest.pm), on PERL5LIB
 cp "$ROOT/test/scripts/tap_run.pl" "$WORK/tap_run.pl"
 cp -r "$ROOT/examples" "$ROOT/clients" "$ROOT/web" "$ROOT/sharding" "$ROOT/src" "$ROOT/sql" "$ROOT/docs" "$WORK/"
+mkdir -p "$WORK/test" && cp -r "$ROOT/test/scripts" "$WORK/test/"   # the scripts, read by 062
 cp "$ROOT/README.md" "$WORK/README.md"
 previous= pg15=
 if [[ " ${names[*]} " == *" t/046_update.pl "* && -z $(gd_previous_release_unavailable) ]]; then
