@@ -55,73 +55,73 @@ SELECT gd_define_fsm('batched', initial => 'first', queue => 'batch_q', steps =>
 SELECT step, handler, batch, batch_wait FROM gd.steps WHERE fsm = 'batched' ORDER BY step;
 
 -- Five runnable instances, one call of the handler; outcome i is instance i's.
-CREATE TABLE t.cases (n int PRIMARY KEY, id bigint);
-INSERT INTO t.cases
+CREATE TABLE t.batch_cases (n int PRIMARY KEY, id bigint);
+INSERT INTO t.batch_cases
 SELECT n, gd_insert('batched', jsonb_build_object('n', n, 'do', d))
   FROM unnest('{next,done,wait,retry,next}'::text[]) WITH ORDINALITY AS c(d, n);
 SELECT gd._execute('batch_q', 100) AS steps_run;
-SELECT call, step, ns, ids = (SELECT array_agg(id ORDER BY n) FROM t.cases) AS ids_in_order FROM t.batch_calls;
+SELECT call, step, ns, ids = (SELECT array_agg(id ORDER BY n) FROM t.batch_cases) AS ids_in_order FROM t.batch_calls;
 SELECT c.n, i.status, i.step, i.attempt, i.state - 'do' AS state, i.result - 'id' AS result,
        (i.result->>'id')::bigint = c.id AS own_id, i.error->>'message' AS error
-  FROM t.cases c JOIN gd.instances i USING (id) ORDER BY c.n;
+  FROM t.batch_cases c JOIN gd.instances i USING (id) ORDER BY c.n;
 -- The next round: the retried one runs in a batch of its own, the second steps one by one.
 SELECT gd._execute('batch_q', 100) AS steps_run;
 SELECT call, step, ns FROM t.batch_calls WHERE call > 1;
 SELECT c.n, i.status, i.step, i.attempt, i.result - 'id' AS result
-  FROM t.cases c JOIN gd.instances i USING (id) ORDER BY c.n;
+  FROM t.batch_cases c JOIN gd.instances i USING (id) ORDER BY c.n;
 
 -- Seven instances, a batch of 5: two calls in one round, 5 and 2.
-TRUNCATE t.batch_calls, t.cases;
-INSERT INTO t.cases SELECT n, gd_insert('batched', jsonb_build_object('n', n, 'do', 'done')) FROM generate_series(1, 7) n;
+TRUNCATE t.batch_calls, t.batch_cases;
+INSERT INTO t.batch_cases SELECT n, gd_insert('batched', jsonb_build_object('n', n, 'do', 'done')) FROM generate_series(1, 7) n;
 SELECT gd._execute('batch_q', 100) AS steps_run;
 SELECT step, ns FROM t.batch_calls ORDER BY call;
 SELECT count(*) FILTER (WHERE status = 'done' AND (result->>'n')::int = c.n) AS done_with_own_result
-  FROM t.cases c JOIN gd.instances i USING (id);
+  FROM t.batch_cases c JOIN gd.instances i USING (id);
 
 -- A handler that raises: the call's effects roll back, and each instance of
 -- the batch has a failed attempt recorded; the next round runs them again.
-TRUNCATE t.batch_calls, t.cases;
-INSERT INTO t.cases
+TRUNCATE t.batch_calls, t.batch_cases;
+INSERT INTO t.batch_cases
 SELECT n, gd_insert('batched', jsonb_build_object('n', n, 'do', CASE n WHEN 2 THEN 'raise' ELSE 'done' END))
   FROM generate_series(1, 3) n;
 SELECT gd._execute('batch_q', 100) AS steps_run;
 SELECT count(*) AS calls_kept FROM t.batch_calls;
 SELECT c.n, i.status, i.attempt, i.error->>'sqlstate' AS sqlstate, i.error->>'message' AS message
-  FROM t.cases c JOIN gd.instances i USING (id) ORDER BY c.n;
+  FROM t.batch_cases c JOIN gd.instances i USING (id) ORDER BY c.n;
 SELECT gd._execute('batch_q', 100) AS steps_run;
 SELECT step, ns FROM t.batch_calls ORDER BY call;
-SELECT c.n, i.status, i.attempt, i.result - 'id' AS result FROM t.cases c JOIN gd.instances i USING (id) ORDER BY c.n;
+SELECT c.n, i.status, i.attempt, i.result - 'id' AS result FROM t.batch_cases c JOIN gd.instances i USING (id) ORDER BY c.n;
 
 -- A wrong number of outcomes, a NULL array, a NULL outcome: the attempt of
 -- every instance of the call fails (22023), nothing it wrote stays.
 SELECT gd_define_fsm('batched_bad', initial => 'first', queue => 'batch_q', steps => $${
     "first": {"handler": "t.batch_step(jsonb[], gd.context[])", "batch": 3, "max_attempts": 1}
 }$$);
-TRUNCATE t.batch_calls, t.cases;
-INSERT INTO t.cases
+TRUNCATE t.batch_calls, t.batch_cases;
+INSERT INTO t.batch_cases
 SELECT n, gd_insert('batched_bad', jsonb_build_object('n', n, 'do', (ARRAY['short', 'null', 'null_element'])[(n + 2) / 3]))
   FROM generate_series(1, 9) n;
 SELECT gd._execute('batch_q', 100) AS steps_run;
 SELECT count(*) AS calls_kept FROM t.batch_calls;
 SELECT c.n, i.status, i.attempt, i.error->>'sqlstate' AS sqlstate, i.error->>'message' AS message
-  FROM t.cases c JOIN gd.instances i USING (id) ORDER BY c.n;
+  FROM t.batch_cases c JOIN gd.instances i USING (id) ORDER BY c.n;
 
 -- batch_wait: a batch that cannot fill waits, up to batch_wait from its
 -- oldest instance's last change; a full one runs at once; gd_drain with
 -- with_scheduled runs the waiting ones now.
 SELECT gd_define_step('batched', 'first', 't.batch_step(jsonb[], gd.context[])', batch => 3,
                       batch_wait => '1 hour', backoff => '0s');
-TRUNCATE t.batch_calls, t.cases;
-INSERT INTO t.cases SELECT n, gd_insert('batched', jsonb_build_object('n', n, 'do', 'done')) FROM generate_series(1, 2) n;
+TRUNCATE t.batch_calls, t.batch_cases;
+INSERT INTO t.batch_cases SELECT n, gd_insert('batched', jsonb_build_object('n', n, 'do', 'done')) FROM generate_series(1, 2) n;
 SELECT gd._execute('batch_q', 100) AS steps_run;
 SELECT c.n, i.status, i.eligible_at > now() + interval '59 minutes' AS waits_an_hour
-  FROM t.cases c JOIN gd.instances i USING (id) ORDER BY c.n;
-INSERT INTO t.cases SELECT n, gd_insert('batched', jsonb_build_object('n', n, 'do', 'done')) FROM generate_series(3, 5) n;
+  FROM t.batch_cases c JOIN gd.instances i USING (id) ORDER BY c.n;
+INSERT INTO t.batch_cases SELECT n, gd_insert('batched', jsonb_build_object('n', n, 'do', 'done')) FROM generate_series(3, 5) n;
 SELECT gd._execute('batch_q', 100) AS steps_run;
 SELECT step, ns FROM t.batch_calls ORDER BY call;
 SELECT gd_drain('batch_q', with_scheduled => true) AS drained;
 SELECT step, ns FROM t.batch_calls ORDER BY call;
-SELECT count(*) FILTER (WHERE status = 'done') AS done FROM t.cases c JOIN gd.instances i USING (id);
+SELECT count(*) FILTER (WHERE status = 'done') AS done FROM t.batch_cases c JOIN gd.instances i USING (id);
 
 -- The next version defined from this one keeps its batch.
 SELECT gd_define_fsm('batched', initial => 'first', queue => 'batch_q', version => 2, from_version => 1);
@@ -159,6 +159,6 @@ SELECT count(gd_cancel(id, 'test over')) >= 0 AS cancelled FROM gd.instances WHE
    AND status NOT IN ('done', 'failed', 'cancelled');
 DELETE FROM gd._instances WHERE fsm IN ('batched', 'batched_bad');
 DELETE FROM gd._fsms WHERE name IN ('batched', 'batched_bad');
-DROP TABLE t.batch_calls, t.cases, t.steps_before;
+DROP TABLE t.batch_calls, t.batch_cases, t.steps_before;
 DROP FUNCTION t.batch_step(jsonb[], gd.context[]), t.single_second(jsonb, gd.context),
     t.not_an_array(jsonb[], gd.context[]);
