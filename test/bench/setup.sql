@@ -45,7 +45,7 @@ END $$;
 CREATE FUNCTION bench.batch_step(states jsonb[], ctxs gd.context[]) RETURNS gd.outcome[]
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO bench.w1_ledger (job_id, payload) SELECT (u.ctx).id, u.state FROM unnest(states, ctxs) AS u(state, ctx);
+    INSERT INTO bench.w1_ledger (job_id, payload) SELECT (ctxs[k]).id, states[k] FROM generate_subscripts(states, 1) k;
     RETURN array_fill(gd_done(), ARRAY[cardinality(states)]);
 END $$;
 
