@@ -50,7 +50,7 @@ connection, or in api_schema if given.
 import logging
 import signal
 import threading
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import psycopg
 
@@ -263,7 +263,7 @@ class Worker(_core.WorkerSettings):
             return _core.OVERRAN
         for claim in group:
             claim.context.connection = step_connection
-        handler = self.handlers.find(first)
+        handler: Any = self.handlers.find(first)   # a batch handler: (states, ctxs) -> outcomes
         call = _HandlerCall(lambda: handler([c.state for c in group], [c.context for c in group]), first)
         ended = self._wait_for(call, first)
         if ended is not None:
