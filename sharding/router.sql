@@ -67,7 +67,7 @@ $$;
 -- Signatures an earlier router.sql made that the ones below replace: left
 -- beside them, they would make a call that leaves out the new arguments
 -- ambiguous.  (gd_define_step and its PL/Proxy function before
--- backoff_jitter.)  And results an earlier one returned that have grown: a
+-- backoff_jitter, and before batch.)  And results an earlier one returned that have grown: a
 -- function's result cannot change in place (queue_stats_all before held,
 -- with the view over it, made again below).
 DROP FUNCTION IF EXISTS gd_router.queue_stats_all() CASCADE;
@@ -83,6 +83,10 @@ SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %1$I.gd_signal(bigint, text, j
 DROP FUNCTION IF EXISTS gd_router.define_step_all(text, text, text, int, interval, interval, interval, int, text, text);
 SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_step(text, text, text, int, interval, interval, interval, '
                          'int, text, text)', :'api_schema') \gexec
+DROP FUNCTION IF EXISTS gd_router.define_step_all(text, text, text, int, interval, interval, interval, int, text, text,
+                                                  boolean);
+SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_step(text, text, text, int, interval, interval, interval, '
+                         'int, text, text, boolean)', :'api_schema') \gexec
 
 -- ------------------------------------------------------- the PL/Proxy functions
 -- Each runs `query` on the partitions `run_on` names (RUN ON), @api@ in it
@@ -140,10 +144,12 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
      $$SELECT @api@.gd_define_fsm(name, initial, queue, version, state_defaults, steps, history, from_version,
                                   on_cancel)$$),
     ($$define_step_all(fsm text, step text, handler text, max_attempts int, backoff interval, max_backoff interval,
-                       timeout interval, version int, rate_limit text, queue text, backoff_jitter boolean)$$,
+                       timeout interval, version int, rate_limit text, queue text, backoff_jitter boolean,
+                       batch int, batch_wait interval)$$,
      'SETOF int', 'ALL',
      $$SELECT 1 FROM @api@.gd_define_step(fsm, step, handler::pg_catalog.regprocedure, max_attempts, backoff,
-                                          max_backoff, timeout, version, rate_limit, queue, backoff_jitter)$$),
+                                          max_backoff, timeout, version, rate_limit, queue, backoff_jitter,
+                                          batch, batch_wait)$$),
     ('grant_all(fsm text, role text, granted boolean)', 'SETOF boolean', 'ALL',
      $$SELECT CASE WHEN granted THEN (SELECT true FROM @api@.gd_grant(fsm, role::pg_catalog.regrole))
                    ELSE @api@.gd_revoke(fsm, role::pg_catalog.regrole) END$$),
@@ -275,9 +281,10 @@ SELECT pg_catalog.format($function$
     ($$gd_define_step(fsm text, step text, handler text DEFAULT NULL, max_attempts int DEFAULT 3,
                       backoff interval DEFAULT '1s', max_backoff interval DEFAULT '5m',
                       timeout interval DEFAULT NULL, version int DEFAULT NULL, rate_limit text DEFAULT NULL,
-                      queue text DEFAULT NULL, backoff_jitter boolean DEFAULT true)$$, 'void',
+                      queue text DEFAULT NULL, backoff_jitter boolean DEFAULT true, batch int DEFAULT 1,
+                      batch_wait interval DEFAULT '0')$$, 'void',
      $$PERFORM gd_router.define_step_all(fsm, step, handler, max_attempts, backoff, max_backoff, timeout,
-                                         version, rate_limit, queue, backoff_jitter)$$),
+                                         version, rate_limit, queue, backoff_jitter, batch, batch_wait)$$),
     ('gd_grant(fsm text, role text)', 'void', 'PERFORM gd_router.grant_all(fsm, role, true)'),
     ('gd_revoke(fsm text, role text)', 'boolean',
      'RETURN (SELECT pg_catalog.bool_or(changed) FROM gd_router.grant_all(fsm, role, false) changed)'),

@@ -59,7 +59,8 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
                                 "       (least(extract(epoch FROM s.backoff), 3162240000) * 1000000)::int8,"
                                 "       (least(extract(epoch FROM s.max_backoff), 3162240000) * 1000000)::int8,"
                                 "       least(coalesce(ceil(extract(epoch FROM s.timeout) * 1000), 0), 2147483647 - 60000)::int4,"
-                                "       s.rate_limit, s.queue, f.history, s.handler IS NULL, s.backoff_jitter"
+                                "       s.rate_limit, s.queue, f.history, s.handler IS NULL, s.backoff_jitter, s.batch,"
+                                "       (extract(epoch FROM s.batch_wait) * 1000000)::int8"
                                 "  FROM gd._steps s JOIN gd._fsms f ON f.name = s.fsm AND f.version = s.version"
                                 " WHERE s.fsm = $1 AND s.version = $2 AND s.step = $3",
                                 3, types);
@@ -95,6 +96,8 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
     def->history = DatumGetBool(SPI_getbinval(tuple, desc, 9, &isnull));
     def->external = DatumGetBool(SPI_getbinval(tuple, desc, 10, &isnull));
     def->backoff_jitter = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
+    def->batch = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
+    def->batch_wait_us = DatumGetInt64(SPI_getbinval(tuple, desc, 13, &isnull));
     return true;
 }
 

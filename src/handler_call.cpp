@@ -4,7 +4,9 @@
  *
  * Every role that can define an FSM is treated as an attacker.  Before each
  * call the handler must still be a plain function (state jsonb, ctx
- * gd.context) returning gd.outcome, and its owner a role (42883 or 42704,
+ * gd.context) returning gd.outcome (a batch step's: (states jsonb[], ctxs
+ * gd.context[]) returning gd.outcome[], called once for up to its batch
+ * of instances), and its owner a role (42883 or 42704,
  * the instance fails at once: no retry can mend it), that the FSM's owner
  * may execute (42501, a failed attempt: it may be granted again).  The call runs
  *   - as the owner, under SECURITY_RESTRICTED_OPERATION: no SET ROLE, no
@@ -41,6 +43,7 @@
 #include "step_definitions.hpp"
 
 extern "C" {
+#include "utils/array.h"
 #include "utils/jsonb.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -77,6 +80,8 @@ constexpr int CONTEXT_COLUMNS = 14;
 /* gd.context and gd.outcome, looked up once per batch (the extension may have been re-created). */
 Oid context_type = InvalidOid;
 Oid outcome_type = InvalidOid;
+Oid context_array_type = InvalidOid; /* gd.context[] and gd.outcome[]: a batch step's handler's */
+Oid outcome_array_type = InvalidOid;
 TupleDesc context_desc = nullptr;
 Datum empty_json_array = 0;
 
@@ -234,6 +239,8 @@ void gd_prepare_handler_calls()
     Oid gd_namespace = get_namespace_oid("gd", false);
     Oid type = gd_type(gd_namespace, "context");
     outcome_type = gd_type(gd_namespace, "outcome");
+    context_array_type = get_array_type(type);
+    outcome_array_type = get_array_type(outcome_type);
     if (type != context_type) {
         MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
         if (context_desc != nullptr)
@@ -269,18 +276,56 @@ bool gd_handler_gone(const PickedInstance &row, const StepDefinition &def, Handl
         return true;
     }
     const auto *form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc));
+    bool batched = def.batch > 1;
     bool fits = form->prokind == PROKIND_FUNCTION && !form->proretset && form->pronargs == 2 &&
-                form->proargtypes.values[0] == JSONBOID && form->proargtypes.values[1] == context_type &&
-                form->prorettype == outcome_type;
+                form->proargtypes.values[0] == (batched ? JSONBARRAYOID : JSONBOID) &&
+                form->proargtypes.values[1] == (batched ? context_array_type : context_type) &&
+                form->prorettype == (batched ? outcome_array_type : outcome_type);
     ReleaseSysCache(proc);
     if (fits)
         return false;
     why->sqlerrcode = ERRCODE_UNDEFINED_FUNCTION;
     why->message = psprintf("gen_durable: the handler of step \"%s\" of FSM \"%s\" version %d, %s, is not a function "
-                            "(state jsonb, ctx gd.context) returning gd.outcome",
-                            row.step, row.fsm, row.version, format_procedure(def.handler));
+                            "%s",
+                            row.step, row.fsm, row.version, format_procedure(def.handler),
+                            batched ? "(states jsonb[], ctxs gd.context[]) returning gd.outcome[] (a batch step's)"
+                                    : "(state jsonb, ctx gd.context) returning gd.outcome");
     return true;
 }
+
+namespace {
+
+/*
+ * Call the handler with `fcinfo`'s arguments as the FSM's owner, isolated
+ * (see the top of this file); its result, or raises.  `row` names the step
+ * in errors (a batch's first).
+ */
+Datum invoke_isolated(FunctionCallInfo fcinfo, const PickedInstance &row, const StepDefinition &def)
+{
+    Oid engine_user;
+    int engine_context;
+    GetUserIdAndSecContext(&engine_user, &engine_context);
+    int nest_level = NewGUCNestLevel();
+    SetUserIdAndSecContext(def.owner,
+                           engine_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+    check_constraints_immediately();
+    if (def.timeout_ms > 0) {
+        enable_timeout_after(STATEMENT_TIMEOUT, def.timeout_ms);
+        step_timeout_armed = true;
+    }
+    Datum result = FunctionCallInvoke(fcinfo);
+    if (def.timeout_ms > 0)
+        disable_timeout(STATEMENT_TIMEOUT, false);
+    step_timeout_armed = false;
+    refuse_temporary_objects(row);
+    close_what_the_handler_opened();
+    AtEOXact_GUC(false, nest_level);
+    SetUserIdAndSecContext(engine_user, engine_context);
+    gd_forget_handler_session_state();
+    return result;
+}
+
+} // namespace
 
 HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition &def, const char *queue)
 {
@@ -293,33 +338,68 @@ HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition 
     fcinfo->args[0].isnull = false;
     fcinfo->args[1].value = gd_context(row, queue, gd_step_deadline(def, GetCurrentTimestamp()));
     fcinfo->args[1].isnull = false;
-
-    Oid engine_user;
-    int engine_context;
-    GetUserIdAndSecContext(&engine_user, &engine_context);
-    int nest_level = NewGUCNestLevel();
-    SetUserIdAndSecContext(def.owner,
-                           engine_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
-    check_constraints_immediately();
-    if (def.timeout_ms > 0) {
-        enable_timeout_after(STATEMENT_TIMEOUT, def.timeout_ms);
-        step_timeout_armed = true;
-    }
-    Datum outcome = FunctionCallInvoke(fcinfo);
-    if (def.timeout_ms > 0)
-        disable_timeout(STATEMENT_TIMEOUT, false);
-    step_timeout_armed = false;
-    refuse_temporary_objects(row);
-    close_what_the_handler_opened();
-    AtEOXact_GUC(false, nest_level);
-    SetUserIdAndSecContext(engine_user, engine_context);
-    gd_forget_handler_session_state();
-
+    Datum outcome = invoke_isolated(fcinfo, row, def);
     if (fcinfo->isnull)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("gen_durable: step \"%s\" of FSM \"%s\" returned a bad outcome: the handler returned NULL",
                                row.step, row.fsm)));
     return DatumGetHeapTupleHeader(outcome);
+}
+
+void gd_call_batch_handler(const PickedInstance *const *rows, int count, const StepDefinition &def, const char *queue,
+                           HeapTupleHeader *outcomes)
+{
+    const PickedInstance &first = *rows[0];
+    check_executable(first, def);
+    TimestampTz deadline = gd_step_deadline(def, GetCurrentTimestamp());
+    Datum *states = static_cast<Datum *>(palloc(sizeof(Datum) * count));
+    Datum *contexts = static_cast<Datum *>(palloc(sizeof(Datum) * count));
+    for (int i = 0; i < count; i++) {
+        states[i] = rows[i]->state;
+        contexts[i] = gd_context(*rows[i], queue, deadline);
+    }
+    int16 context_len;
+    bool context_byval;
+    char context_align;
+    get_typlenbyvalalign(context_type, &context_len, &context_byval, &context_align);
+    LOCAL_FCINFO(fcinfo, 2);
+    FmgrInfo flinfo;
+    fmgr_info(def.handler, &flinfo);
+    InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, nullptr, nullptr);
+    fcinfo->args[0].value = PointerGetDatum(construct_array(states, count, JSONBOID, -1, false, TYPALIGN_INT));
+    fcinfo->args[0].isnull = false;
+    fcinfo->args[1].value =
+        PointerGetDatum(construct_array(contexts, count, context_type, context_len, context_byval, context_align));
+    fcinfo->args[1].isnull = false;
+    Datum result = invoke_isolated(fcinfo, first, def);
+    if (fcinfo->isnull)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: batch step \"%s\" of FSM \"%s\" returned a bad outcome: the handler "
+                               "returned NULL for a batch of %d", first.step, first.fsm, count)));
+    ArrayType *array = DatumGetArrayTypeP(result);
+    int16 outcome_len;
+    bool outcome_byval;
+    char outcome_align;
+    get_typlenbyvalalign(outcome_type, &outcome_len, &outcome_byval, &outcome_align);
+    if (ARR_ELEMTYPE(array) != outcome_type)
+        elog(ERROR, "gen_durable: batch step \"%s\" returned an array of type %u", first.step, ARR_ELEMTYPE(array));
+    Datum *elements;
+    bool *nulls;
+    int returned;
+    deconstruct_array(array, outcome_type, outcome_len, outcome_byval, outcome_align, &elements, &nulls, &returned);
+    if (ARR_NDIM(array) > 1 || returned != count)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("gen_durable: batch step \"%s\" of FSM \"%s\" returned a bad outcome: %d outcomes for "
+                               "%d instances", first.step, first.fsm, returned, count),
+                        errdetail("A batch handler returns a one-dimensional array of one outcome per instance, in "
+                                  "the order of its arguments.")));
+    for (int i = 0; i < count; i++) {
+        if (nulls[i])
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("gen_durable: batch step \"%s\" of FSM \"%s\" returned a bad outcome: outcome %d "
+                                   "of %d is NULL", first.step, first.fsm, i + 1, count)));
+        outcomes[i] = DatumGetHeapTupleHeader(elements[i]);
+    }
 }
 
 bool gd_handler_timed_out()

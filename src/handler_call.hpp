@@ -20,7 +20,7 @@ TimestampTz gd_step_deadline(const StepDefinition &def, TimestampTz start);
 /*
  * Can the step's handler never run again — the function or the FSM's owner
  * was dropped, or the function is no longer (jsonb, gd.context) returning
- * gd.outcome?  Then the SQLSTATE and message of the instance's failure.
+ * gd.outcome (a batch step's: (jsonb[], gd.context[]) returning gd.outcome[])?  Then the SQLSTATE and message of the instance's failure.
  */
 struct HandlerGone {
     int sqlerrcode;
@@ -33,6 +33,13 @@ bool gd_handler_gone(const PickedInstance &row, const StepDefinition &def, Handl
  * caller's subtransaction rolls its effects back).
  */
 HeapTupleHeader gd_call_handler(const PickedInstance &row, const StepDefinition &def, const char *queue);
+/*
+ * Call a batch step's handler once with (states jsonb[], ctxs gd.context[])
+ * for `count` rows of the step, as gd_call_handler does; its outcomes, one per
+ * row in their order, into `outcomes`, or raises (a wrong count, a NULL: 22023).
+ */
+void gd_call_batch_handler(const PickedInstance *const *rows, int count, const StepDefinition &def, const char *queue,
+                           HeapTupleHeader *outcomes);
 /* After a handler raised: was it its step's timeout?  (Asked once per raise.) */
 bool gd_handler_timed_out();
 /* In an engine worker, release the session advisory locks a handler took, even when it raised. */

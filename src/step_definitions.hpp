@@ -22,6 +22,8 @@ struct StepDefinition {
     char rate_limit[NAMEDATALEN]; /* "" when the step names no rate limit */
     char queue[NAMEDATALEN];      /* "" when the step runs on its instance's queue */
     bool history;                 /* the FSM version keeps a step history */
+    int batch;                    /* > 1: a batch step, its handler takes up to this many instances at once */
+    int64 batch_wait_us;          /* how long a batch step's first waiting instance waits for its batch to fill */
 };
 
 /*

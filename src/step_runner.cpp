@@ -11,6 +11,13 @@
  * together at the end of the batch, so a step's effects and its instance's
  * new state commit together.  gd_cancel stops a step running here through
  * gd._interrupt_step.
+ *
+ * A batch step's rows of the round (same FSM, version and step) run as one
+ * unit: its handler is called once for up to `batch` of them (units of one
+ * row otherwise), and the unit's outcomes, one per row, become their
+ * transitions; a unit fails or succeeds whole.  A batch that cannot fill
+ * waits, up to the step's batch_wait since its oldest row's last change
+ * (hold_for_batches).
  */
 #include "step_runner.hpp"
 #include "concurrency_keys.hpp"
@@ -64,6 +71,8 @@ struct Round {
     StepDefinition *definitions;
     Transition *transitions;
     int to_run_count;
+    int *unit_end;             /* per unit of steps run together (a batch, or one row): past its last to_run */
+    int unit_count;
     TransitionBatch written;   /* the plain transitions, written together at the end */
     int64 *cancelling;         /* instances a gd_cancel is stopping now: left be */
     int cancelling_count;
@@ -224,6 +233,114 @@ int admit_and_hand_over(Round &round)
     return handled;
 }
 
+bool same_step(const PickedInstance &a, const PickedInstance &b)
+{
+    return a.version == b.version && strcmp(a.step, b.step) == 0 && strcmp(a.fsm, b.fsm) == 0;
+}
+
+/*
+ * Leave for later the rows of a batch step that cannot fill its batch now:
+ * fewer of them in the round than its batch (or than the round could hold),
+ * the oldest changed less than batch_wait ago.  They are postponed until the
+ * oldest has waited batch_wait (their last change, updated_at, stays: they
+ * run then, however few).  A drain with its scheduled steps waits for none.
+ * Returns how many rows were left.
+ */
+int hold_for_batches(Round &round, int demand, const DrainScope *drain)
+{
+    if (drain != nullptr && drain->with_scheduled)
+        return 0;
+    bool *decided = round_array<bool>(round.to_run_count);
+    bool *held = round_array<bool>(round.to_run_count);
+    int64 *ids = round_array<int64>(round.to_run_count);
+    TimestampTz *until = round_array<TimestampTz>(round.to_run_count);
+    int held_count = 0;
+    TimestampTz now = GetCurrentTimestamp();
+    for (int k = 0; k < round.to_run_count; k++)
+        decided[k] = held[k] = false;
+    for (int k = 0; k < round.to_run_count; k++) {
+        const StepDefinition &def = round.definitions[k];
+        if (decided[k] || def.batch <= 1 || def.batch_wait_us <= 0)
+            continue;
+        const PickedInstance &row = round.rows[round.to_run[k]];
+        int members = 0;
+        TimestampTz oldest = row.updated_at;
+        for (int j = k; j < round.to_run_count; j++)
+            if (!decided[j] && same_step(row, round.rows[round.to_run[j]])) {
+                members++;
+                oldest = Min(oldest, round.rows[round.to_run[j]].updated_at);
+            }
+        bool wait = members < Min(def.batch, demand) && now < oldest + def.batch_wait_us;
+        for (int j = k; j < round.to_run_count; j++)
+            if (!decided[j] && same_step(row, round.rows[round.to_run[j]])) {
+                decided[j] = true;
+                if (wait) {
+                    held[j] = true;
+                    ids[held_count] = round.rows[round.to_run[j]].id;
+                    until[held_count++] = oldest + def.batch_wait_us;
+                }
+            }
+    }
+    if (held_count == 0)
+        return 0;
+    gd_postpone_all(ids, until, held_count);
+    int kept = 0;
+    for (int k = 0; k < round.to_run_count; k++)
+        if (!held[k]) {
+            round.to_run[kept] = round.to_run[k];
+            round.definitions[kept++] = round.definitions[k];
+        }
+    round.to_run_count = kept;
+    return held_count;
+}
+
+/*
+ * Order the steps to run into units: each row of a single step alone, the
+ * rows of a batch step together, up to its batch in each unit (in the
+ * order they were picked in).
+ */
+void form_units(Round &round)
+{
+    int count = round.to_run_count;
+    int *order = round_array<int>(count);
+    StepDefinition *definitions = round_array<StepDefinition>(count);
+    bool *placed = round_array<bool>(count);
+    round.unit_end = round_array<int>(count);
+    round.unit_count = 0;
+    for (int k = 0; k < count; k++)
+        placed[k] = false;
+    int next = 0;
+    for (int k = 0; k < count; k++) {
+        if (placed[k])
+            continue;
+        const StepDefinition &def = round.definitions[k];
+        const PickedInstance &row = round.rows[round.to_run[k]];
+        int in_unit = 0;
+        for (int j = k; j < count; j++) {
+            if (placed[j] || (j > k && (def.batch <= 1 || !same_step(row, round.rows[round.to_run[j]]))))
+                continue;
+            if (in_unit == Max(def.batch, 1)) {
+                round.unit_end[round.unit_count++] = next;
+                in_unit = 0;
+            }
+            placed[j] = true;
+            order[next] = round.to_run[j];
+            definitions[next++] = round.definitions[j];
+            in_unit++;
+            if (def.batch <= 1)
+                break;
+        }
+        round.unit_end[round.unit_count++] = next;
+    }
+    round.to_run = order;
+    round.definitions = definitions;
+}
+
+int unit_start(const Round &round, int unit)
+{
+    return unit == 0 ? 0 : round.unit_end[unit - 1];
+}
+
 /* Call a step's handler and turn its outcome into a transition (children spawned); may raise. */
 Transition run_handler(const PickedInstance &row, const StepDefinition &def, const char *queue)
 {
@@ -243,11 +360,42 @@ Transition run_handler(const PickedInstance &row, const StepDefinition &def, con
 
 
 /*
- * Run the handlers of steps [first, end) in one subtransaction, their
- * transitions into `transitions`.  Returns nullptr when none raised (the
- * subtransaction is released: their effects stay); else the error, with
- * the subtransaction rolled back (all their effects gone) and `*raising`
- * and `*started` saying which step raised and when it began.
+ * Run a batch step's unit [first, end): its handler once for all its rows,
+ * their transitions into the round's (children spawned); may raise.
+ */
+void run_batch_handler(Round &round, int first, int end)
+{
+    int count = end - first;
+    const StepDefinition &def = round.definitions[first];
+    const PickedInstance **rows = round_array<const PickedInstance *>(count);
+    for (int i = 0; i < count; i++)
+        rows[i] = &round.rows[round.to_run[first + i]];
+    HeapTupleHeader *outcomes = round_array<HeapTupleHeader>(count);
+    TimestampTz started = GetCurrentTimestamp();
+    gd_call_batch_handler(rows, count, def, round.queue, outcomes);
+    for (int i = 0; i < count; i++) {
+        Transition t = gd_outcome_transition(*rows[i], def, outcomes[i], def.owner);
+        if (t.to.status == Status::awaiting_children) {
+            int nest_level = gd_bound_lock_waits(GD_TENANT_LOCK_WAIT_MS);
+            gd_prepare_transition(rows[i]->id, t);
+            AtEOXact_GUC(true, nest_level);
+        }
+        round.transitions[first + i] = t;
+    }
+    /* They ran together: each records the call's start and length. */
+    TimestampTz ended = GetCurrentTimestamp();
+    for (int i = first; i < end; i++) {
+        round.transitions[i].ran.started_at = started;
+        round.transitions[i].ran.duration_us = ended - started;
+    }
+}
+
+/*
+ * Run the units [first, end) in one subtransaction, their transitions into
+ * `transitions`.  Returns nullptr when none raised (the subtransaction is
+ * released: their effects stay); else the error, with the subtransaction
+ * rolled back (all their effects gone) and `*raising` and `*started` saying
+ * which unit raised and when it began.
  */
 ErrorData *run_in_subtransaction(Round &round, int first, int end, int *raising, TimestampTz *started)
 {
@@ -261,12 +409,17 @@ ErrorData *run_in_subtransaction(Round &round, int first, int end, int *raising,
     PG_TRY();
     {
         for (running = first; running < end; running = running + 1) {
-            const PickedInstance &row = round.rows[round.to_run[running]];
+            int row_index = unit_start(round, running);
+            const PickedInstance &row = round.rows[round.to_run[row_index]];
+            const StepDefinition &def = round.definitions[row_index];
             if (slot != nullptr)
                 gd_worker_set_activity(slot, row.id);
             *started = GetCurrentTimestamp();
-            gd_note_step(row, round.definitions[running].timeout_ms);
-            round.transitions[running] = run_handler(row, round.definitions[running], round.queue);
+            gd_note_step(row, def.timeout_ms); /* a batch's: noted as its first row's */
+            if (def.batch > 1)
+                run_batch_handler(round, row_index, round.unit_end[running]);
+            else
+                round.transitions[row_index] = run_handler(row, def, round.queue);
             gd_note_step_ended();
             CHECK_FOR_INTERRUPTS();
             gd_exit_if_postmaster_died();
@@ -294,45 +447,54 @@ ErrorData *run_in_subtransaction(Round &round, int first, int end, int *raising,
     return raised;
 }
 
-/* Record step i's failed attempt (it raised `edata`), without running it again: unless
- * a gd_cancel stopped it (see stopped_by_gd_cancel): nothing is written for it then. */
-void write_failed_attempt(Round &round, int i, ErrorData *edata, TimestampTz started)
+/* Record the failed attempt of each step of unit u (it raised `edata`), without running it again: unless
+ * a gd_cancel stopped it (see stopped_by_gd_cancel): nothing is written for them then. */
+void write_failed_attempt(Round &round, int u, ErrorData *edata, TimestampTz started)
 {
-    const PickedInstance &row = round.rows[round.to_run[i]];
-    if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && stopped_by_gd_cancel(round.slot)) {
-        hold_for_canceller(row.id);
-        FreeErrorData(edata);
-        return;
+    bool cancelled = edata->sqlerrcode == ERRCODE_QUERY_CANCELED && stopped_by_gd_cancel(round.slot);
+    for (int i = unit_start(round, u); i < round.unit_end[u]; i++) {
+        const PickedInstance &row = round.rows[round.to_run[i]];
+        if (cancelled) {
+            hold_for_canceller(row.id);
+            continue;
+        }
+        Transition t = gd_retry_transition(row, round.definitions[i], gd_error_json(edata, row), -1);
+        t.ran.started_at = started;
+        t.ran.duration_us = GetCurrentTimestamp() - started;
+        gd_write_transition_batched(round.written, row.id, t);
     }
-    Transition t = gd_retry_transition(row, round.definitions[i], gd_error_json(edata, row), -1);
-    t.ran.started_at = started;
-    t.ran.duration_us = GetCurrentTimestamp() - started;
-    gd_write_transition_batched(round.written, row.id, t);
     FreeErrorData(edata);
 }
 
+/* The transitions of unit u, which ran, into the round's written batch. */
+void write_unit(Round &round, int u)
+{
+    for (int i = unit_start(round, u); i < round.unit_end[u]; i++)
+        gd_write_transition_batched(round.written, round.rows[round.to_run[i]].id, round.transitions[i]);
+}
+
 /*
- * Run steps [first, end), each handler in a subtransaction of its own: one
- * that raises (or overruns its timeout, or returns a bad outcome) loses its
- * effects and records a failed attempt; the others go on.
+ * Run units [first, end), each in a subtransaction of its own: one that
+ * raises (or overruns its timeout, or returns a bad outcome) loses its
+ * effects and records a failed attempt of each of its steps; the others go on.
  */
 void run_each_isolated(Round &round, int first, int end)
 {
-    for (int i = first; i < end; i++) {
+    for (int u = first; u < end; u++) {
         int raising;
         TimestampTz started;
-        ErrorData *raised = run_in_subtransaction(round, i, i + 1, &raising, &started);
+        ErrorData *raised = run_in_subtransaction(round, u, u + 1, &raising, &started);
         if (raised == nullptr)
-            gd_write_transition_batched(round.written, round.rows[round.to_run[i]].id, round.transitions[i]);
+            write_unit(round, u);
         else
-            write_failed_attempt(round, i, raised, started);
+            write_failed_attempt(round, u, raised, started);
     }
 }
 
 /*
- * Run all the batch's handlers together in one subtransaction (one per step
+ * Run all the batch's units together in one subtransaction (one per step
  * would weigh on a simple step as much as the step).  When one raises, that
- * subtransaction is rolled back, the raising step's attempt is recorded as
+ * subtransaction is rolled back, the raising unit's attempts are recorded as
  * failed without running it again, and the others run again isolated: their
  * effects commit once, as always.  Returns false when one raised.
  */
@@ -340,15 +502,15 @@ bool run_together(Round &round)
 {
     int raising;
     TimestampTz started;
-    ErrorData *raised = run_in_subtransaction(round, 0, round.to_run_count, &raising, &started);
+    ErrorData *raised = run_in_subtransaction(round, 0, round.unit_count, &raising, &started);
     if (raised == nullptr) {
-        for (int i = 0; i < round.to_run_count; i++)
-            gd_write_transition_batched(round.written, round.rows[round.to_run[i]].id, round.transitions[i]);
+        for (int u = 0; u < round.unit_count; u++)
+            write_unit(round, u);
         return true;
     }
     run_each_isolated(round, 0, raising); /* they ran in vain: again */
     write_failed_attempt(round, raising, raised, started);
-    run_each_isolated(round, raising + 1, round.to_run_count);
+    run_each_isolated(round, raising + 1, round.unit_count);
     return false;
 }
 
@@ -388,11 +550,13 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
         else if (disposition == Disposition::handled)
             ran++;
     }
+    hold_for_batches(round, demand, drain);
     ran += admit_and_hand_over(round);
-    if (round.to_run_count == 1 || (round.to_run_count > 1 && last_batch_raised)) {
-        run_each_isolated(round, 0, round.to_run_count);
+    form_units(round);
+    if (round.unit_count == 1 || (round.unit_count > 1 && last_batch_raised)) {
+        run_each_isolated(round, 0, round.unit_count);
         last_batch_raised = false;
-    } else if (round.to_run_count > 1) {
+    } else if (round.unit_count > 1) {
         last_batch_raised = !run_together(round);
     }
     gd_flush_transitions(round.written);

@@ -52,6 +52,10 @@ CREATE TABLE IF NOT EXISTS gd._steps (
     queue        text REFERENCES gd._queues, -- the step runs on this queue; NULL: on its instance's
     -- (Columns added by an update come last here too.)
     backoff_jitter boolean NOT NULL DEFAULT true, -- a retry waits between half and all of its backoff
+    -- A batch step: its handler takes up to batch instances of the step at once
+    -- (1: one at a time); an in-database one waits up to batch_wait for a batch to fill.
+    batch        int NOT NULL DEFAULT 1 CHECK (batch BETWEEN 1 AND 1000),
+    batch_wait   interval NOT NULL DEFAULT '0' CHECK (batch_wait >= '0'),
     PRIMARY KEY (fsm, version, step),
     FOREIGN KEY (fsm, version) REFERENCES gd._fsms ON DELETE CASCADE
 );

@@ -127,7 +127,8 @@ LANGUAGE sql STABLE AS $$
     SELECT coalesce(jsonb_object_agg(s.step, jsonb_strip_nulls(jsonb_build_object(
                'handler', s.handler, 'max_attempts', s.max_attempts, 'backoff', s.backoff,
                'max_backoff', s.max_backoff, 'timeout', s.timeout, 'rate_limit', s.rate_limit, 'queue', s.queue,
-               'backoff_jitter', s.backoff_jitter))), '{}')
+               'backoff_jitter', s.backoff_jitter, 'batch', nullif(s.batch, 1),
+               'batch_wait', nullif(s.batch_wait, interval '0')))), '{}')
       FROM gd._steps s WHERE s.fsm = fsm_name AND s.version = fsm_version
 $$;
 
@@ -143,7 +144,7 @@ BEGIN
     END IF;
     SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(options) k
      WHERE k NOT IN ('handler', 'max_attempts', 'backoff', 'max_backoff', 'timeout', 'rate_limit', 'queue',
-                     'backoff_jitter');
+                     'backoff_jitter', 'batch', 'batch_wait');
     IF unknown IS NOT NULL THEN
         PERFORM gd._bad_argument(format('unknown option %s of step %L', unknown, step_name));
     END IF;
@@ -163,19 +164,23 @@ BEGIN
                                coalesce(gd._entry_cast(options, 'backoff', NULL::interval), '1s'),
                                coalesce(gd._entry_cast(options, 'max_backoff', NULL::interval), '5m'),
                                gd._entry_cast(options, 'timeout', NULL::interval), fsm_version, options->>'rate_limit',
-                               options->>'queue', gd._entry_bool(options, 'backoff_jitter', true));
+                               options->>'queue', gd._entry_bool(options, 'backoff_jitter', true),
+                               gd._entry_int(options, 'batch', 1),
+                               coalesce(gd._entry_cast(options, 'batch_wait', NULL::interval), '0'));
 END $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,
                                            max_attempts int DEFAULT 3, backoff interval DEFAULT '1s',
                                            max_backoff interval DEFAULT '5m', timeout interval DEFAULT NULL,
                                            version int DEFAULT NULL, rate_limit text DEFAULT NULL,
-                                           queue text DEFAULT NULL, backoff_jitter boolean DEFAULT true)
+                                           queue text DEFAULT NULL, backoff_jitter boolean DEFAULT true,
+                                           batch int DEFAULT 1, batch_wait interval DEFAULT '0')
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._define_step_as(caller oid, fsm text, step text, handler regprocedure, max_attempts int,
                                    backoff interval, max_backoff interval, timeout interval, version int,
-                                   rate_limit text, queue text, backoff_jitter boolean)
+                                   rate_limit text, queue text, backoff_jitter boolean, batch int,
+                                   batch_wait interval)
 RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -205,8 +210,16 @@ BEGIN
     IF timeout < interval '1 millisecond' THEN
         PERFORM gd._bad_argument(format('timeout of step %L must be at least 1 millisecond, got %s', step, timeout));
     END IF;
+    IF batch IS NULL OR batch NOT BETWEEN 1 AND 1000 THEN
+        PERFORM gd._bad_argument(format('batch of step %L must be from 1 to 1000, got %s', step,
+                                        coalesce(batch::text, 'NULL')));
+    END IF;
+    IF batch_wait IS NULL OR batch_wait < interval '0' OR batch_wait > interval '1 hour' THEN
+        PERFORM gd._bad_argument(format('batch_wait of step %L must be from 0 to 1 hour, got %s', step,
+                                        coalesce(batch_wait::text, 'NULL')));
+    END IF;
     IF handler IS NOT NULL THEN
-        PERFORM gd._check_handler(handler, step, fsm_row.owner);
+        PERFORM gd._check_handler(handler, step, fsm_row.owner, batch > 1);
     END IF;
     IF rate_limit IS NOT NULL THEN
         IF position(':' IN rate_limit) > 0 THEN
@@ -222,13 +235,14 @@ BEGIN
     SELECT * INTO previous FROM gd._steps s
      WHERE s.fsm = fsm_row.name AND s.version = fsm_row.version AND s.step = _define_step_as.step;
     INSERT INTO gd._steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit,
-                                queue, backoff_jitter)
+                                queue, backoff_jitter, batch, batch_wait)
     VALUES (fsm_row.name, fsm_row.version, step, handler::text, max_attempts, backoff, max_backoff, timeout, rate_limit,
-            queue, backoff_jitter)
+            queue, backoff_jitter, batch, batch_wait)
     ON CONFLICT ON CONSTRAINT _steps_pkey DO UPDATE
        SET handler = excluded.handler, max_attempts = excluded.max_attempts, backoff = excluded.backoff,
            max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit,
-           queue = excluded.queue, backoff_jitter = excluded.backoff_jitter;
+           queue = excluded.queue, backoff_jitter = excluded.backoff_jitter, batch = excluded.batch,
+           batch_wait = excluded.batch_wait;
     IF previous.step IS NOT NULL AND previous.queue IS DISTINCT FROM queue THEN
         PERFORM gd._move_step(fsm_row.name, fsm_row.version, step, queue);
     END IF;
@@ -236,18 +250,19 @@ END $$;
 
 CREATE OR REPLACE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
                                 max_backoff interval, timeout interval, version int, rate_limit text, queue text,
-                                backoff_jitter boolean)
+                                backoff_jitter boolean, batch int, batch_wait interval)
 RETURNS void LANGUAGE sql AS $$
     SELECT gd._define_step_as(gd._caller(), fsm, step, handler, max_attempts, backoff, max_backoff, timeout, version,
-                              rate_limit, queue, backoff_jitter)
+                              rate_limit, queue, backoff_jitter, batch, batch_wait)
 $$;
 
 -- A handler is a plain function f(state jsonb, ctx gd.context) RETURNS
 -- gd.outcome (no set, aggregate, window function or procedure) that the
--- FSM's owner may execute.  The executors check it again before every call
--- (src/handler_call.cpp).
-CREATE OR REPLACE FUNCTION gd._check_handler(handler regprocedure, step text, owner oid) RETURNS void
-LANGUAGE plpgsql STABLE AS $$
+-- FSM's owner may execute; the handler of a batch step (batch > 1),
+-- f(states jsonb[], ctxs gd.context[]) RETURNS gd.outcome[].  The executors
+-- check it again before every call (src/handler_call.cpp).
+CREATE OR REPLACE FUNCTION gd._check_handler(handler regprocedure, step text, owner oid, batched boolean)
+RETURNS void LANGUAGE plpgsql STABLE AS $$
 DECLARE
     proc pg_proc;
 BEGIN
@@ -262,16 +277,34 @@ BEGIN
                              CASE proc.prokind WHEN 'a' THEN 'an aggregate' WHEN 'w' THEN 'a window function'
                                                ELSE 'a procedure' END);
     END IF;
-    IF NOT (proc.pronargs = 2 AND proc.proargtypes[0] = 'jsonb'::regtype
-            AND proc.proargtypes[1] = 'gd.context'::regtype) THEN
+    IF NOT batched AND proc.pronargs = 2 AND proc.proargtypes[0] = 'jsonb[]'::regtype
+       AND proc.proargtypes[1] = 'gd.context[]'::regtype THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('gen_durable: handler %s of step %L must take (state jsonb, ctx gd.context)',
+                             handler, step),
+            HINT = 'A handler of (states jsonb[], ctxs gd.context[]) is a batch step''s: define the step with batch => 2 or more.';
+    END IF;
+    IF NOT batched AND NOT (proc.pronargs = 2 AND proc.proargtypes[0] = 'jsonb'::regtype
+                            AND proc.proargtypes[1] = 'gd.context'::regtype) THEN
         RAISE EXCEPTION USING ERRCODE = 'undefined_function',
             MESSAGE = format('gen_durable: handler %s of step %L must take (state jsonb, ctx gd.context)',
                              handler, step);
     END IF;
-    IF proc.prorettype <> 'gd.outcome'::regtype OR proc.proretset THEN
+    IF batched AND NOT (proc.pronargs = 2 AND proc.proargtypes[0] = 'jsonb[]'::regtype
+                        AND proc.proargtypes[1] = 'gd.context[]'::regtype) THEN
+        RAISE EXCEPTION USING ERRCODE = 'undefined_function',
+            MESSAGE = format('gen_durable: handler %s of batch step %L must take (states jsonb[], ctxs gd.context[])',
+                             handler, step);
+    END IF;
+    IF NOT batched AND (proc.prorettype <> 'gd.outcome'::regtype OR proc.proretset) THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_function_definition',
             MESSAGE = format('gen_durable: handler %s of step %L must return gd.outcome, not %s%s', handler, step,
                              CASE WHEN proc.proretset THEN 'SETOF ' ELSE '' END, proc.prorettype::regtype);
+    END IF;
+    IF batched AND (proc.prorettype <> 'gd.outcome[]'::regtype OR proc.proretset) THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_function_definition',
+            MESSAGE = format('gen_durable: handler %s of batch step %L must return gd.outcome[], not %s%s', handler,
+                             step, CASE WHEN proc.proretset THEN 'SETOF ' ELSE '' END, proc.prorettype::regtype);
     END IF;
     -- What a call by name needs: the schema's USAGE as well as EXECUTE (an OID reaches past the schema).
     IF NOT has_function_privilege(owner, handler, 'EXECUTE')

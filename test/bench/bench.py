@@ -24,6 +24,9 @@ benchmark itself could not run).  Knobs (environment):
   BENCH_FAIR_FLOOD       W11: tenant A's jobs, inserted at once (default 200000)
   BENCH_FAIR_RATE        W11: tenant B's jobs per second   (default 100)
   BENCH_FAIR_SECONDS     W11: how long tenant B runs alone (default 10)
+  BENCH_BATCH            WB's batch step: its batch        (default 64, the
+                         executors' gen_durable.batch_size)
+  BENCH_WB_RUNS          WB: runs of each kind, alternating (default 3)
 
 Throughput is measured with server timestamps: from just before the COMMIT
 that makes the work visible (gen_durable) or from the first worker's start
@@ -47,6 +50,8 @@ HOST, PORT = sys.argv[1], sys.argv[2]
 DSN = dict(host=HOST, port=PORT, dbname="bench", user="postgres", application_name="gd_bench")
 
 N_JOBS = int(os.environ.get("BENCH_JOBS", "50000"))
+BATCH = int(os.environ.get("BENCH_BATCH", "64"))          # WB's batch step: its batch
+WB_RUNS = int(os.environ.get("BENCH_WB_RUNS", "3"))       # WB: runs of each kind, alternating
 POLICY = os.environ.get("BENCH_POLICY", "")
 POLICY_KEYS = int(os.environ.get("BENCH_POLICY_KEYS", "1000"))
 POLICY_OPTION = {"": None, "concurrency": "concurrency_key", "rate": "rate_limit"}[POLICY]
@@ -287,6 +292,37 @@ def gd_throughput(admin, fsm, n, steps_per_instance, ledger, before=None):
         "multixacts_per_step": multis / max((done + failed) * steps_per_instance, 1),
         "machine_cores_busy": usage["machine_cores_busy"],
     }
+
+
+def wb_batch_steps(admin):
+    """WB: W1's work (one ledger row per instance) as a single step and as a batch step (batch =>
+    BENCH_BATCH, one call and one multi-row INSERT per batch), BENCH_JOBS instances each, WB_RUNS runs of
+    each kind alternating; the medians.  In-database only."""
+    admin.execute("SELECT gd_define_step('wb', 'only', handler => 'bench.batch_step(jsonb[], gd.context[])'"
+                  "::regprocedure, batch => %s)", (BATCH,))
+    log(f"WB: {N_JOBS:,} one-step instances, single step (W1's) against a batch step of {BATCH}, "
+        f"{WB_RUNS} runs each, alternating")
+    runs = {"single": [], "batch": []}
+    for _ in range(WB_RUNS):
+        for kind, fsm in (("single", "w1"), ("batch", "wb")):
+            reset(admin)
+            r = gd_throughput(admin, fsm, N_JOBS, 1, "bench.w1_ledger")
+            runs[kind].append(r)
+            log(f"    {kind}: {r['instances_per_s']:,.0f} instances/s, {r['cpu_us_per_step']:.1f} us executor CPU "
+                f"per instance, {r['wal_bytes_per_instance']:.0f} WAL bytes per instance"
+                + ("" if r["complete"] and r["ledger_ok"] else " (INCOMPLETE)"))
+    out = {"batch": BATCH, "jobs": N_JOBS, "runs": runs}
+    for kind in runs:
+        out[kind] = {key: statistics.median(r[key] for r in runs[kind])
+                     for key in ("instances_per_s", "cpu_us_per_step", "wal_bytes_per_instance",
+                                 "machine_cpu_us_per_job")}
+    single, batch = out["single"], out["batch"]
+    log(f"WB medians: single {single['instances_per_s']:,.0f}/s, {single['cpu_us_per_step']:.1f} us CPU, "
+        f"{single['wal_bytes_per_instance']:.0f} B WAL per instance; batch of {BATCH} "
+        f"{batch['instances_per_s']:,.0f}/s, {batch['cpu_us_per_step']:.1f} us CPU, "
+        f"{batch['wal_bytes_per_instance']:.0f} B WAL per instance "
+        f"({single['cpu_us_per_step'] / max(batch['cpu_us_per_step'], 1e-9):.2f}x less CPU per instance)")
+    return out
 
 
 def run_sessions(calls):
@@ -1328,6 +1364,9 @@ def main():
                 d = floor_throughput(admin, N_JOBS, mode)
                 log(f"    {d['jobs_per_s']:,.0f} jobs/s ({d['elapsed_s']:.2f} s)")
                 diags.append(d)
+
+    if "wb" in WORKLOADS:
+        res["wb"] = wb_batch_steps(admin)
 
     if "w3" in WORKLOADS:
         log(f"W3: {N_FSM:,} three-step chains per system")

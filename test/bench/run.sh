@@ -24,6 +24,9 @@
 #       minutes with the horizon held, then with 1.5x overload, per 10 s
 #       (test/bench/w7.py; BENCH_W7_PLOT=file.png draws it); its `chaos`
 #       scenario is W9: executors and worker connections terminated at load
+#   WB  (not by default: BENCH_WORKLOADS=wb) W1's work as a single step and as a
+#       batch step (batch => BENCH_BATCH, 64), BENCH_JOBS instances, 3 runs of each
+#       alternating (BENCH_WB_RUNS): instances/s, executor CPU and WAL per instance
 #   W8  (not by default) W1 and W2 with 0, 1,000,000 and 10,000,000 finished
 #       instances not yet swept plus 1,000,000 scheduled
 #   W11 (not by default) fair share: tenant B inserting BENCH_FAIR_RATE (100) jobs/s

@@ -40,8 +40,20 @@ BEGIN
     END CASE;
 END $$;
 
+-- WB: W1's work as a batch step: one call for up to its batch of instances,
+-- one multi-row INSERT of their ledger rows, one gd_done each.
+CREATE FUNCTION bench.batch_step(states jsonb[], ctxs gd.context[]) RETURNS gd.outcome[]
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO bench.w1_ledger (job_id, payload) SELECT (ctxs[k]).id, states[k] FROM generate_subscripts(states, 1) k;
+    RETURN array_fill(gd_done(), ARRAY[cardinality(states)]);
+END $$;
+
 SELECT gd_define_fsm(name => 'w1', initial => 'only', queue => 'default');
 SELECT gd_define_step('w1', 'only', handler => 'bench.one_step(jsonb, gd.context)'::regprocedure);
+-- WB's batch step (its batch set by bench.py: BENCH_BATCH).
+SELECT gd_define_fsm(name => 'wb', initial => 'only', queue => 'default');
+SELECT gd_define_step('wb', 'only', handler => 'bench.batch_step(jsonb[], gd.context[])'::regprocedure, batch => 64);
 SELECT gd_define_fsm(name => 'w2', initial => 'only', queue => 'default');
 SELECT gd_define_step('w2', 'only', handler => 'bench.one_step(jsonb, gd.context)'::regprocedure);
 SELECT gd_define_fsm(name => 'w3', initial => 'a', queue => 'default');

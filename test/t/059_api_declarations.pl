@@ -431,13 +431,18 @@ my %probe_value = (integer => [ '5', '5' ], interval => [ q{'7 seconds'}, '"7 se
 	regprocedure => [ q{'public.api_probe(jsonb, gd.context)'}, '"public.api_probe(jsonb, gd.context)"' ]);
 is(join(', ', map { "$_ $option_type{$_}" } grep { !$probe_value{ $option_type{$_} } } @step_options), '',
 	'a value to set each gd_define_step option to');
+# Every option set at once makes a batch step (batch => 5): its handler is a batch handler.
+my %all_set = map { $_ => $probe_value{ $option_type{$_} }[0] } @step_options;
+$all_set{handler} = q{'public.api_probe_batch(jsonb[], gd.context[])'} if exists $all_set{batch};
 $node->safe_psql('postgres', q{
 CREATE FUNCTION public.api_probe(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$;
+CREATE FUNCTION public.api_probe_batch(states jsonb[], ctxs gd.context[]) RETURNS gd.outcome[] LANGUAGE sql
+    AS $$ SELECT array_fill(gd_done(), ARRAY[cardinality(states)]) $$;
 SELECT gd_define_fsm('api_probe', initial => 'only');
 SELECT gd_define_fsm('api_probe_bare', initial => 'only');
 SELECT gd_set_rate_limit('probe', 1, '1s');
 SELECT gd_define_step('api_probe', 'only', }
-	. join(', ', map { "$_ => " . ($probe_value{ $option_type{$_} }[0] // 'NULL') } @step_options) . ');');
+	. join(', ', map { "$_ => " . ($all_set{$_} // 'NULL') } @step_options) . ');');
 my $definitions = $json->decode($node->safe_psql('postgres', 'SELECT gd_sharding.definitions()'));
 my ($probe_fsm) = grep { $_->{name} eq 'api_probe' } @{ $definitions->{fsms} };
 my %described = map { $_ => 1 } keys %{ $probe_fsm->{steps}{only} // {} };

@@ -254,12 +254,21 @@ class Handlers:
 
     def __init__(self, handlers: Optional[Mapping[Tuple[str, str], Handler]] = None):
         self._by_step: Dict[Tuple[str, str], Handler] = dict(handlers or {})
+        self._batched: set = set()   # the steps whose handler takes a batch: (states, ctxs) -> outcomes
 
-    def register(self, fsm: str, step: str) -> Callable[[Handler], Handler]:
+    def register(self, fsm: str, step: str, batch: bool = False) -> Callable[[Handler], Handler]:
         def decorate(handler: Handler) -> Handler:
             self._by_step[(fsm, step)] = handler
+            if batch:
+                self._batched.add((fsm, step))
+            else:
+                self._batched.discard((fsm, step))
             return handler
         return decorate
+
+    def batched(self, claim: Claim) -> bool:
+        """Does the claim's handler take a batch (a list of states and one of contexts)?"""
+        return (claim.fsm, claim.step) in self._batched
 
     def find(self, claim: Claim) -> Handler:
         """The claim's handler (split keeps the claims that have one)."""
@@ -480,7 +489,8 @@ class WorkerSettings:
         self.drain_timeout = drain_timeout
         self._in_hand: Dict[int, int] = {}       # claim id -> lease token, for the heartbeat
 
-    def step(self, fsm: str, step: str):
-        """Decorator: run this function for `step` of `fsm`."""
-        return self.handlers.register(fsm, step)
+    def step(self, fsm: str, step: str, batch: bool = False):
+        """Decorator: run this function for `step` of `fsm`: f(state, ctx) -> outcome, or, with batch=True,
+        f(states, ctxs) -> [outcome, ...], called once for the claims of the step a claim brought."""
+        return self.handlers.register(fsm, step, batch)
 

@@ -10,6 +10,13 @@ NULL) of one or more queues.
 
     worker.run()        # until SIGTERM or SIGINT (or worker.stop()): then it drains
 
+A batch step's handler, registered with @worker.step(fsm, step, batch=True),
+is f(states, ctxs) -> [outcome, ...]: called once for the claims of its step
+that one claim brought (up to the worker's `batch`), one outcome per claim
+in their order; the contexts share one ctx.connection, whose transaction
+commits with every outcome of the batch.  A raise or another number of
+outcomes is a failed attempt of each.
+
 Each of `concurrency` lanes has its own connection.  It claims up to `batch`
 steps of the FSMs it has handlers for (gd_claim(fsms => ...), its own
 transaction: another FSM's steps on its queues, or a grant to its role,
@@ -43,7 +50,7 @@ connection, or in api_schema if given.
 import logging
 import signal
 import threading
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import psycopg
 
@@ -194,10 +201,26 @@ class Worker(_core.WorkerSettings):
         """Run the batch's handlers one after another, outside any transaction.  A step whose handler began
         its transaction is completed in it at once; the others together at the end, in one statement.
         Draining: the claims not run yet go back."""
+        claims = self._batches_together(claims)
         ran, outcomes = [], []
         next_ = 0
         while next_ < len(claims) and not self._stopping.is_set():
             claim = claims[next_]
+            if self.handlers.batched(claim):
+                group = [c for c in claims[next_:] if (c.fsm, c.step) == (claim.fsm, claim.step)]
+                step_connection = _core.StepConnection(connection)
+                group_outcomes = self._call_batch(connection, group, step_connection)
+                if group_outcomes == _core.ABANDONED:
+                    break   # goes back with the rest
+                next_ += len(group)
+                if group_outcomes == _core.OVERRAN:
+                    continue
+                if step_connection.began:
+                    self._complete_batch_in_step_transaction(connection, group, group_outcomes)
+                else:
+                    ran.extend(group)
+                    outcomes.extend(group_outcomes)
+                continue
             step_connection = _core.StepConnection(connection)
             outcome = self._call(connection, claim, step_connection)
             if outcome == _core.ABANDONED:
@@ -214,6 +237,73 @@ class Worker(_core.WorkerSettings):
             _core.note_lost_leases(ran, self._complete(connection, ran, outcomes), self.name)
         self._release(connection, claims[next_:], "the worker is stopping")
 
+    def _batches_together(self, claims: List[Claim]) -> List[Claim]:
+        """The claims in their order, but those of a step whose handler takes a batch each after the first of
+        its step: one call for them."""
+        ordered, seen = [], set()
+        for claim in claims:
+            key = (claim.fsm, claim.step)
+            if not self.handlers.batched(claim):
+                ordered.append(claim)
+            elif key not in seen:
+                seen.add(key)
+                ordered.extend(c for c in claims if (c.fsm, c.step) == key)
+        return ordered
+
+    def _call_batch(self, connection: psycopg.Connection, group: List[Claim],
+                    step_connection: _core.StepConnection):
+        """Run a batch handler once for the claims of its step: their outcomes, in order (when it raises,
+        returns something else than one outcome per claim, or its transaction failed: a failed attempt of
+        each), or OVERRAN / ABANDONED as _call, for all of them.  The batch's deadline is its earliest."""
+        first = min(group, key=lambda c: float("inf") if c.expires is None else c.expires)
+        left = first.seconds_left()
+        if left is not None and left <= 0:
+            for claim in group:
+                _core.ended_early(claim, _core.OVERRAN, self.name)
+            return _core.OVERRAN
+        for claim in group:
+            claim.context.connection = step_connection
+        handler: Any = self.handlers.find(first)   # a batch handler: (states, ctxs) -> outcomes
+        call = _HandlerCall(lambda: handler([c.state for c in group], [c.context for c in group]), first)
+        ended = self._wait_for(call, first)
+        if ended is not None:
+            step_connection.end()
+            self._roll_back(connection, step_connection)
+            for claim in group:
+                _core.ended_early(claim, ended, self.name)
+            return ended
+        try:
+            outcomes = call.result()
+        except Exception as e:
+            self._roll_back(connection, step_connection)
+            log.info("instances %s step %s raised %r", [c.id for c in group], first.step, e)
+            return [_core.failed_attempt(e, self.name)] * len(group)
+        if not isinstance(outcomes, (list, tuple)) or len(outcomes) != len(group) \
+                or not all(isinstance(o, Outcome) for o in outcomes):
+            self._roll_back(connection, step_connection)
+            return [_core.not_an_outcome(outcomes, self.name)] * len(group)
+        return list(outcomes)
+
+    def _complete_batch_in_step_transaction(self, connection: psycopg.Connection, group: List[Claim],
+                                            outcomes: List[Outcome]):
+        """Complete a batch in the transaction its handler began, and commit: its writes with every outcome
+        of the batch, or none (a lost lease, a refused outcome: rolled back; the refused one's batch is a
+        failed attempt of each)."""
+        failure = _core.aborted_step(self.name) if _core.aborted(connection) else None
+        completed = []
+        if failure is None:
+            try:
+                completed = [self._complete_one(connection, c, o) for c, o in zip(group, outcomes)]
+                connection.execute("COMMIT" if all(completed) else "ROLLBACK")
+            except psycopg.errors.InvalidParameterValue as e:
+                failure = _core.bad_outcome(e, self.name)
+        if failure is not None:
+            connection.execute("ROLLBACK")
+            completed = self._complete(connection, group, [failure] * len(group))
+        elif not all(completed):
+            completed = [False] * len(group)
+        _core.note_lost_leases(group, completed, self.name)
+
     def _call(self, connection: psycopg.Connection, claim: Claim, step_connection: _core.StepConnection):
         """Run a claim's handler: its outcome (a raising handler's: a retry, its transaction rolled back), or
         OVERRAN when the step's deadline passed first, ABANDONED when the drain's limit did (its transaction
@@ -224,7 +314,8 @@ class Worker(_core.WorkerSettings):
             _core.ended_early(claim, _core.OVERRAN, self.name)
             return _core.OVERRAN
         claim.context.connection = step_connection
-        call = _HandlerCall(self.handlers.find(claim), claim)
+        handler = self.handlers.find(claim)
+        call = _HandlerCall(lambda: handler(claim.state, claim.context), claim)
         ended = self._wait_for(call, claim)
         if ended is not None:
             step_connection.end()
@@ -354,16 +445,16 @@ class _HandlerCall:
     """A handler running in a daemon thread of its own: a lane can stop waiting for it, and a process can
     exit while it still runs."""
 
-    def __init__(self, handler, claim: Claim):
+    def __init__(self, call, claim: Claim):
         self.done = threading.Event()   # set when it ends (and at the drain's limit, to wake the lane)
         self.finished = False
         self._outcome = None
         self._error: Optional[BaseException] = None
-        threading.Thread(target=self._run, args=(handler, claim), name=f"gd-step-{claim.id}", daemon=True).start()
+        threading.Thread(target=self._run, args=(call,), name=f"gd-step-{claim.id}", daemon=True).start()
 
-    def _run(self, handler, claim: Claim):
+    def _run(self, call):
         try:
-            self._outcome = handler(claim.state, claim.context)
+            self._outcome = call()
         except BaseException as e:   # handed to the lane, which makes it a failed attempt
             self._error = e
         self.finished = True

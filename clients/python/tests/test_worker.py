@@ -55,6 +55,47 @@ class WorkerTest(ServerTest):
                                            [ids, status]).fetchone()[0] == len(ids), timeout,
                    f"{len(ids)} {status}")
 
+    def test_a_batch_handler_takes_the_claims_of_its_step_at_once(self):
+        fsm = self.name("batched")
+        self.db.execute("SELECT gd_define_fsm(%s, 'pack', %s, steps => %s)",
+                        [fsm, self.queue, psycopg.types.json.Jsonb({"pack": {"batch": 10, "max_attempts": 2,
+                                                                                "backoff": "0s"}})])
+        calls = []
+
+        def pack(states, ctxs):
+            calls.append([ctx.id for ctx in ctxs])
+            if any(s.get("fail") and ctx.attempt == 1 for s, ctx in zip(states, ctxs)):
+                for ctx in ctxs:   # rolled back with the failed attempt
+                    self.record(ctx)
+                raise RuntimeError("one of the batch failed")
+            for ctx in ctxs:       # one transaction for the batch: committed with its outcomes
+                self.record(ctx)
+            return [done({"n": s["n"], "size": len(states)}) for s in states]
+        ids = [self.client.insert(fsm, {"n": n, "fail": n == 3}) for n in range(5)]
+        worker = self.worker({}, queues=[self.queue], batch=10)
+        worker.step(fsm, "pack", batch=True)(pack)
+        with running(worker):
+            self.wait_all(ids)
+        self.assertEqual(calls[0], ids)   # one call for the five, in the claim's order
+        self.assertEqual(calls[1], ids)   # each had a failed attempt: again, together
+        self.assertEqual(len(calls), 2)
+        self.assertEqual([self.client.get(i).result for i in ids], [{"n": n, "size": 5} for n in range(5)])
+        self.assertEqual(self.effects(), [(i, "pack", 2) for i in ids])
+
+    def test_a_batch_handler_returning_too_few_outcomes_fails_each(self):
+        fsm = self.name("short")
+        self.db.execute("SELECT gd_define_fsm(%s, 'pack', %s, steps => %s)",
+                        [fsm, self.queue, psycopg.types.json.Jsonb({"pack": {"batch": 10, "max_attempts": 1}})])
+
+        def pack(states, ctxs):
+            return [done() for _ in states[1:]]
+        ids = [self.client.insert(fsm, {"n": n}) for n in range(3)]
+        worker = self.worker({}, queues=[self.queue], batch=10)
+        worker.step(fsm, "pack", batch=True)(pack)
+        with running(worker):
+            self.wait_all(ids, "failed")
+        self.assertIn("not an outcome", self.client.get(ids[0]).error["message"])
+
     def test_a_compensation_is_told_why_it_runs(self):
         fsm = self.name("refunded")
         self.db.execute("SELECT gd_define_fsm(%s, 'pack', %s, on_cancel => 'refund', steps => %s)",
