@@ -183,16 +183,18 @@ test('rewind, fork and migrate: repairs by the owner of the FSM', async (t) => {
   const mender = s.name('mender');
   await s.db.query(`CREATE ROLE ${mender}`);
   await s.db.query('SELECT gd_grant($1, $2)', [fsm, mender]);
-  t.after(async () => {
+  const granted = await Client.connect(DSN);
+  try {
+    await granted.client.query(`SET ROLE ${mender}`);
+    await assert.rejects(granted.rewind(forked, 'start'),
+      (e) => e.code === '42501' && /only the owner of FSM/.test(e.message));
+    await assert.rejects(granted.fork(forked, 1), { code: '42501' });
+    await assert.rejects(granted.migrate(fsm, 2, 1), { code: '42501' });
+  } finally {
+    await granted.end();
     await s.db.query('SELECT gd_revoke($1, $2)', [fsm, mender]);
     await s.db.query(`DROP ROLE ${mender}`);
-  });
-  const granted = await Client.connect(DSN);
-  t.after(() => granted.end());
-  await granted.client.query(`SET ROLE ${mender}`);
-  await assert.rejects(granted.rewind(forked, 'start'), (e) => e.code === '42501' && /only the owner/.test(e.message));
-  await assert.rejects(granted.fork(forked, 1), { code: '42501' });
-  await assert.rejects(granted.migrate(fsm, 2, 1), { code: '42501' });
+  }
   assert.deepEqual(await s.status(forked), { status: 'failed', step: 'finish', attempt: 1 });
 });
 
