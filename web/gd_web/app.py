@@ -257,7 +257,8 @@ def _entry(source) -> int:
 
 
 def _target(action: str, source):
-    """What the action applies to: an instance id, a queue's name, or nothing (a bulk action's filter)."""
+    """What the action applies to: an instance id, a queue's or an FSM's name, or nothing (a bulk action's
+    filter)."""
     target = data.text(source, "target")
     return _instance_id(target) if action in INSTANCE_ACTIONS else target
 
@@ -330,7 +331,7 @@ def _run_bulk(statuses, one):
 
 
 INSTANCE_ACTIONS = ("cancel", "retry", "signal", "rewind", "fork")
-BULK_STATUSES = {"bulk_cancel": ("runnable", "executing", "awaiting_signal", "awaiting_children"),
+BULK_STATUSES = {"bulk_cancel": data.LIVE_STATUSES,
                  "bulk_retry": ("failed",)}
 ACTIONS = {"cancel": "Cancel instance", "retry": "Retry instance", "signal": "Signal instance",
            "rewind": "Rewind instance", "fork": "Fork instance",
