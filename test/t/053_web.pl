@@ -3,7 +3,7 @@
 # it refuses (a foreign Host, a superuser's connection, bad parameters, a
 # squatter's schema named after its role) and its browser tests (Debian's
 # chromium through Selenium: overview, filter, signal and see it finish,
-# cancel, an inert XSS payload, a stranger refused), each Python test one
+# cancel, rewind and fork, an inert XSS payload, a stranger refused), each Python test one
 # assertion here.
 use strict;
 use warnings;

@@ -184,7 +184,8 @@ class Dashboard:
                 return self.refused(request, f"gd-web: instance {instance_id} does not exist, or this role may "
                                              f"not see it", 404)
             return self.render(request, "instance.html", i=found, signals=data.signals(conn, instance_id),
-                               family=data.family(conn, instance_id), history=data.history(conn, instance_id),
+                               family=data.family(conn, instance_id),
+                               history=data.history(conn, conn.api_schema, instance_id),
                                definition=data.definition(conn, found["fsm"], found["version"]),
                                parent=data.instance(conn, found["parent_id"]) if found["parent_id"] else None)
 
@@ -202,15 +203,24 @@ class Dashboard:
             return self.refused(request, f"gd-web: no action {action!r}", 404)
         flt = data.InstanceFilter.from_query(request.query_params)
         target = _target(action, request.query_params)
-        count = plan = None
-        if action in ("bulk_cancel", "bulk_retry"):
-            with self.pool.connection() as conn:
+        count = plan = entry = None
+        steps: List[dict] = []
+        with self.pool.connection() as conn:
+            if action in ("bulk_cancel", "bulk_retry"):
                 count = len(data.matching_ids(conn, flt, BULK_STATUSES[action]))
-        elif action == "cancel":
-            with self.pool.connection() as conn:
+            elif action == "cancel":
                 plan = data.cancel_plan(conn, target)
+            elif action == "rewind":
+                plan = data.instance(conn, target)
+                if plan is not None:
+                    steps = data.definition(conn, plan["fsm"], plan["version"])["steps"]
+            elif action == "fork":
+                entry = _entry(request.query_params)
+                plan = data.history_entry(conn, conn.api_schema, target, entry)
+            elif action == "migrate":
+                plan = data.fsm_versions(conn, target)
         return self.render(request, "confirm.html", action=action, title=ACTIONS[action], target=target, flt=flt,
-                           count=count, bulk_limit=data.BULK_LIMIT, plan=plan,
+                           count=count, bulk_limit=data.BULK_LIMIT, plan=plan, steps=steps, entry=entry,
                            live_statuses=BULK_STATUSES["bulk_cancel"])
 
     async def act(self, request: Request) -> Response:
@@ -241,8 +251,14 @@ def _instance_id(value: str) -> int:
     return data.integer(value, 1, data.INT8, "an instance id")
 
 
+def _entry(source) -> int:
+    """The number of a step history's entry, as gd_history numbers them."""
+    return data.integer(data.text(source, "entry"), 1, data.INT4, "a history entry")
+
+
 def _target(action: str, source):
-    """What the action applies to: an instance id, a queue's name, or nothing (a bulk action's filter)."""
+    """What the action applies to: an instance id, a queue's or an FSM's name, or nothing (a bulk action's
+    filter)."""
     target = data.text(source, "target")
     return _instance_id(target) if action in INSTANCE_ACTIONS else target
 
@@ -260,6 +276,31 @@ def _run_retry(conn, schema, instance_id, form, flt):
     return (f"instance {instance_id} retried" if done else
             f"instance {instance_id} was not retried: it is not failed, or this role may not use it",
             f"/instances/{instance_id}")
+
+
+def _run_rewind(conn, schema, instance_id, form, flt):
+    step = data.text(form, "step")
+    if not step:
+        raise data.BadInput("a rewind needs the step to go back to")
+    done = data.rewind(conn, schema, instance_id, step, data.text(form, "state"))
+    return (f"instance {instance_id} rewound to step {step}" if done else
+            f"instance {instance_id} was not rewound: it is done or cancelled (fork it from its step history), or "
+            f"this role may not use it",
+            f"/instances/{instance_id}")
+
+
+def _run_fork(conn, schema, instance_id, form, flt):
+    entry = _entry(form)
+    forked = data.fork(conn, schema, instance_id, entry, data.text(form, "state"))
+    return f"instance {forked} forked from entry {entry} of instance {instance_id}", f"/instances/{forked}"
+
+
+def _run_migrate(conn, schema, fsm, form, flt):
+    from_version, to_version = (data.integer(data.text(form, name), 1, data.INT4, f"the {name.replace('_', ' ')}")
+                                for name in ("from_version", "to_version"))
+    moved = data.migrate(conn, schema, fsm, from_version, to_version, data.text(form, "step_map"))
+    return (f"{moved} live instance{'' if moved == 1 else 's'} of {fsm} moved from version {from_version} to "
+            f"{to_version}", f"/instances?{urlencode({'fsm': fsm})}")
 
 
 def _run_signal(conn, schema, instance_id, form, flt):
@@ -289,15 +330,18 @@ def _run_bulk(statuses, one):
     return run
 
 
-INSTANCE_ACTIONS = ("cancel", "retry", "signal")
-BULK_STATUSES = {"bulk_cancel": ("runnable", "executing", "awaiting_signal", "awaiting_children"),
+INSTANCE_ACTIONS = ("cancel", "retry", "signal", "rewind", "fork")
+BULK_STATUSES = {"bulk_cancel": data.LIVE_STATUSES,
                  "bulk_retry": ("failed",)}
 ACTIONS = {"cancel": "Cancel instance", "retry": "Retry instance", "signal": "Signal instance",
+           "rewind": "Rewind instance", "fork": "Fork instance",
+           "migrate": "Migrate the live instances of FSM",
            "pause": "Pause queue", "resume": "Resume queue",
            "bulk_cancel": "Cancel the live instances of this filter",
            "bulk_retry": "Retry the failed instances of this filter"}
 ACTION_RUNNERS = {
-    "cancel": _run_cancel, "retry": _run_retry, "signal": _run_signal,
+    "cancel": _run_cancel, "retry": _run_retry, "signal": _run_signal, "rewind": _run_rewind, "fork": _run_fork,
+    "migrate": _run_migrate,
     "pause": _run_pause(True), "resume": _run_pause(False),
     "bulk_cancel": _run_bulk(BULK_STATUSES["bulk_cancel"], lambda c, s, i: data.cancel(c, s, i, "gd-web bulk cancel")),
     "bulk_retry": _run_bulk(BULK_STATUSES["bulk_retry"], lambda c, s, i: data.retry(c, s, i)),

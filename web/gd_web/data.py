@@ -20,6 +20,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 STATUSES = ("runnable", "executing", "awaiting_signal", "awaiting_children", "done", "failed", "cancelled")
+LIVE_STATUSES = STATUSES[:4]
 PAGE_SIZE = 50
 BULK_LIMIT = 1000  # instances one bulk action changes at most
 SORTS = ("newest", "oldest", "priority")
@@ -240,10 +241,19 @@ def family(conn, instance_id: int, limit: int = 500) -> List[Dict[str, Any]]:
     return found
 
 
-def history(conn, instance_id: int) -> List[Dict[str, Any]]:
-    return rows(conn, "SELECT attempt, step, kind, started_at, ended_at, duration, error, worker"
-                      "  FROM gd.step_history WHERE instance_id OPERATOR(pg_catalog.=) %s ORDER BY ended_at",
-                      [instance_id])
+def history(conn, schema: str, instance_id: int) -> List[Dict[str, Any]]:
+    """The instance's step history through gd_history, whose entry numbers are the ones gd_fork takes."""
+    return rows(conn, sql.SQL("SELECT entry, attempt, step, kind, started_at, ended_at, duration, error, worker,"
+                              "       state, detail FROM {}(%s) ORDER BY entry").format(api(schema, "gd_history")),
+                [instance_id])
+
+
+def history_entry(conn, schema: str, instance_id: int, entry: int) -> Optional[Dict[str, Any]]:
+    """One entry of the instance's step history; None when there is none, or this role cannot see the instance."""
+    if instance(conn, instance_id) is None:
+        return None
+    found = [h for h in history(conn, schema, instance_id) if h["entry"] == entry]
+    return found[0] if found else None
 
 
 def definition(conn, fsm: str, version: int) -> Dict[str, Any]:
@@ -324,6 +334,35 @@ def cancel(conn, schema: str, instance_id: int, reason: str) -> bool:
 
 def retry(conn, schema: str, instance_id: int) -> bool:
     return conn.execute(sql.SQL("SELECT {}(%s)").format(api(schema, "gd_retry")), [instance_id]).fetchone()[0]
+
+
+def rewind(conn, schema: str, instance_id: int, step: str, state: str) -> bool:
+    """state: JSON text read by PostgreSQL, or '' to keep the instance's own."""
+    query = sql.SQL("SELECT {}(%s::pg_catalog.int8, %s, %s::pg_catalog.jsonb)")
+    return conn.execute(query.format(api(schema, "gd_rewind")), [instance_id, step, state or None]).fetchone()[0]
+
+
+def fork(conn, schema: str, instance_id: int, entry: int, state: str) -> int:
+    """state: JSON text read by PostgreSQL, or '' for the one the entry kept."""
+    query = sql.SQL("SELECT {}(%s::pg_catalog.int8, %s::pg_catalog.int4, %s::pg_catalog.jsonb)")
+    return conn.execute(query.format(api(schema, "gd_fork")), [instance_id, entry, state or None]).fetchone()[0]
+
+
+def fsm_versions(conn, fsm: str) -> List[Dict[str, Any]]:
+    """The FSM's versions with how many live instances each has (those this role sees): what gd_migrate moves."""
+    return rows(conn, "SELECT f.version, (SELECT pg_catalog.count(*) FROM gd.instances i"
+                      "                   WHERE i.fsm OPERATOR(pg_catalog.=) f.name"
+                      "                     AND i.version OPERATOR(pg_catalog.=) f.version"
+                      "                     AND i.status OPERATOR(pg_catalog.=) ANY (%s)) AS live"
+                      "  FROM gd.fsms f WHERE f.name OPERATOR(pg_catalog.=) %s ORDER BY f.version",
+                [list(LIVE_STATUSES), fsm])
+
+
+def migrate(conn, schema: str, fsm: str, from_version: int, to_version: int, step_map: str) -> int:
+    """step_map: JSON text read by PostgreSQL, or '' for none."""
+    query = sql.SQL("SELECT {}(%s, %s::pg_catalog.int4, %s::pg_catalog.int4, %s::pg_catalog.jsonb)")
+    return conn.execute(query.format(api(schema, "gd_migrate")),
+                        [fsm, from_version, to_version, step_map or "{}"]).fetchone()[0]
 
 
 def signal(conn, schema: str, instance_id: int, name: str, payload: str, dedup_key: str) -> Optional[bool]:

@@ -61,6 +61,8 @@ RESET ROLE;
 SQUATTED_FUNCTIONS = (
     "gd_cancel(id bigint, reason text DEFAULT NULL) RETURNS boolean",
     "gd_retry(id bigint) RETURNS boolean",
+    "gd_rewind(id bigint, step text, state jsonb DEFAULT NULL) RETURNS boolean",
+    "gd_fork(id bigint, entry int, state jsonb DEFAULT NULL) RETURNS bigint",
     "gd_signal(target bigint, name text, payload jsonb DEFAULT NULL, dedup_key text DEFAULT NULL,"
     " missing_ok boolean DEFAULT false) RETURNS boolean",
     "gd_pause(queue text) RETURNS boolean",

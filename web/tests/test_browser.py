@@ -1,7 +1,8 @@
 """The dashboard in a real browser (Debian's chromium, driven by Selenium
 through chromium-driver): the overview, a filter, an instance signalled and
 seen to finish through the live refresh, a cancel, an XSS payload that stays
-text, and a role without grants that sees nothing and is refused.  With
+text, a failed instance rewound and forked through their confirmations, and
+a role without grants that sees nothing and is refused.  With
 GD_WEB_SCREENSHOTS=dir it saves the main pages there."""
 
 import os
@@ -151,6 +152,39 @@ class InABrowser(DashboardTest):
         self.open("/schedules")
         self.wait.until(expected_conditions.presence_of_element_located((By.ID, "concurrency-limits")))
         self.shot("schedules")
+
+
+    def test_rewind_through_the_confirmation(self):
+        failed = self.insert({"fail": True}, correlation_key=f"browser-{self.tag}-rewound")
+        self.until(lambda: self.status(failed) == "failed", message="the stop")
+        self.open(f"/instances/{failed}")
+        self.browser.find_element(By.LINK_TEXT, "Rewind…").click()
+        plan = self.browser.find_element(By.ID, "plan").text
+        self.assertIn("(failed at step pack, attempt 1) goes back to the step chosen below", plan)
+        self.assertIn("Only the FSM's owner may rewind its instances", plan)
+        Select(self.browser.find_element(By.NAME, "step")).select_by_visible_text("ship")
+        self.browser.find_element(By.NAME, "state").send_keys('{"fixed": true}')
+        self.shot("rewind")
+        self.browser.find_element(By.ID, "do").click()
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, ".notice"),
+                                                                           "rewound to step ship"))
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "done"))  # live refresh
+        self.wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#history tr.kind-rewind")))
+        rewind = self.browser.find_element(By.CSS_SELECTOR, "#history tr.kind-rewind").text
+        self.assertIn("rewound by web_shop from step pack (failed, attempt 1)", rewind)
+        self.assertIn('"fixed": true', self.browser.find_element(By.CSS_SELECTOR, "#state pre").text)
+
+        # Forked from the rewind's entry, which kept the state it set: a new instance, shipped too.
+        self.browser.find_element(By.CSS_SELECTOR, "#history tr.kind-rewind").find_element(
+            By.LINK_TEXT, "Fork from here…").click()
+        self.assertIn("starts at step ship", self.browser.find_element(By.ID, "plan").text)
+        self.browser.find_element(By.ID, "do").click()
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, ".notice"),
+                                                                           f"of instance {failed}"))
+        self.wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "done"))
+        self.assertIn(f"forked by web_shop from instance {failed}",
+                      self.browser.find_element(By.CSS_SELECTOR, "#history tr.kind-fork").text)
+        self.assertTrue(self.no_alert())
 
 
 class StrangerInABrowser(DashboardTest):

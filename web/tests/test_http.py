@@ -107,6 +107,85 @@ class AsOwner(AsRole):
         self.until(lambda: all(self.status(i) == "awaiting_signal" for i in bulk), message="the retried waits")
 
 
+    def test_rewind_and_fork(self):
+        failed = self.insert({"fail": True})
+        self.until(lambda: self.status(failed) == "failed", message="the stop")
+        page = self.client.get(f"/instances/{failed}").text
+        self.assertIn(f'href="/confirm/rewind?target={failed}"', page)
+        self.assertIn(f'href="/confirm/fork?target={failed}&amp;entry=1"', page, "its first entry kept a state")
+
+        confirm = self.client.get("/confirm/rewind", params={"target": str(failed)})
+        self.assertIn("(failed at step <code>pack</code>, attempt 1) goes back to the step chosen below", confirm.text)
+        self.assertIn("<option selected>pack</option><option>ship</option>", confirm.text)
+        rewound = self.client.post("/act/rewind", data={"csrf": csrf_of(confirm.text), "target": str(failed),
+                                                        "step": "ship", "state": '{"fixed": true}'},
+                                   follow_redirects=False)
+        self.assertEqual(rewound.status_code, 303)
+        self.assertIn("rewound+to+step+ship", rewound.headers["location"])
+        self.until(lambda: self.status(failed) == "done", message="the rewound order shipped")
+        page = self.client.get(f"/instances/{failed}").text
+        self.assertRegex(page, r'<tr data-entry="2" class="kind-rewind"><td>2</td><td>1</td><td>ship</td>'
+                               r'<td>rewind</td>[^\n]*\n[^\n]*\n<td>rewound by web_shop from step pack \(failed, attempt 1\)</td>')
+        self.assertNotIn(f'href="/confirm/rewind?target={failed}"', page, "done: no rewind")
+        confirm = self.client.get("/confirm/rewind", params={"target": str(failed)})
+        self.assertIn(f"Instance {failed} is done: nothing will be rewound", confirm.text)
+        again = self.client.post("/act/rewind", data={"csrf": csrf_of(confirm.text), "target": str(failed),
+                                                      "step": "pack"}, follow_redirects=False)
+        self.assertIn("was+not+rewound", again.headers["location"])
+
+        # Forked from its first entry (pack, with the state it started with), with a state of our own: it waits.
+        confirm = self.client.get("/confirm/fork", params={"target": str(failed), "entry": "1"})
+        self.assertIn("starts at step <code>pack</code> (entry 1, stop)", confirm.text)
+        self.assertIn("&#34;fail&#34;: true", confirm.text, "the entry's state")
+        forked = self.client.post("/act/fork", data={"csrf": csrf_of(confirm.text), "target": str(failed),
+                                                     "entry": "1", "state": '{"n": 7}'}, follow_redirects=False)
+        self.assertEqual(forked.status_code, 303)
+        fork_id = int(re.search(r"^/instances/(\d+)\?notice=instance\+\d+\+forked\+from\+entry\+1",
+                                forked.headers["location"]).group(1))
+        self.until(lambda: self.status(fork_id) == "awaiting_signal", message="the fork's wait")
+        page = self.client.get(f"/instances/{fork_id}").text
+        self.assertIn(f'forked by web_shop from <a href="/instances/{failed}">instance {failed}</a> entry 1', page)
+        self.assertIn("&#34;n&#34;: 7", page)
+        missing = self.client.post("/act/fork", data={"csrf": csrf_of(confirm.text), "target": str(failed),
+                                                      "entry": "99"}, follow_redirects=False)
+        self.assertEqual(missing.status_code, 400)
+        self.assertIn("has no history entry 99 (SQLSTATE P0002)", missing.text)
+        self.assertIn("nothing will be forked",
+                      self.client.get("/confirm/fork", params={"target": str(failed), "entry": "99"}).text)
+
+    def test_migrate(self):
+        fsm = f"web_migrated_{self.tag}"
+
+        def define(version, last):
+            with psycopg.connect(dsn_as("web_shop"), autocommit=True) as shop:
+                shop.execute("SELECT gd_define_fsm(%s, 'pack', version => %s, history => true, steps => %s)",
+                             [fsm, version, json.dumps({"pack": {"handler": "web_shop.step(jsonb, gd.context)"},
+                                                        last: {"handler": "web_shop.step(jsonb, gd.context)"}})])
+
+        define(1, "ship")
+        parked = self.insert({"n": 1}, fsm=fsm)
+        self.until(lambda: self.status(parked) == "awaiting_signal", message="the wait")
+        define(2, "deliver")
+        page = self.client.get(f"/instances/{parked}").text
+        self.assertIn(f'href="/confirm/migrate?target={fsm}"', page)
+        confirm = self.client.get("/confirm/migrate", params={"target": fsm})
+        self.assertIn("<tr><td>1</td><td>1</td></tr><tr><td>2</td><td>0</td></tr>", confirm.text)
+        form = {"csrf": csrf_of(confirm.text), "target": fsm, "from_version": "1", "to_version": "2"}
+        refused = self.client.post("/act/migrate", data=form)
+        self.assertEqual(refused.status_code, 400)
+        self.assertIn("at steps version 2 does not have: &#39;ship&#39; (SQLSTATE 22023)", refused.text)
+        moved = self.client.post("/act/migrate", data={**form, "step_map": '{"ship": "deliver"}'},
+                                 follow_redirects=False)
+        self.assertEqual(moved.status_code, 303)
+        self.assertIn(f"notice=1+live+instance+of+{fsm}+moved+from+version+1+to+2", moved.headers["location"])
+        self.act("signal", target=str(parked), name="paid")
+        self.until(lambda: self.status(parked) == "done", message="the migrated order delivered")
+        page = self.client.get(f"/instances/{parked}").text
+        self.assertIn("migrated by web_shop from version 1 step pack to version 2", page)
+        self.assertEqual(self.db.execute("SELECT version, step FROM gd.instances WHERE id = %s", [parked]).fetchone(),
+                         (2, "deliver"))
+        self.assertIn("must be an integer", self.client.post("/act/migrate", data={**form, "to_version": "x"}).text)
+
     def test_external_workers_and_pausing_a_queue(self):
         queue = f"web_ext_{self.tag}"
         with psycopg.connect(dsn_as("web_shop"), autocommit=True) as shop:
@@ -174,4 +253,27 @@ class AsStranger(AsRole):
                                                        "name": "paid", "payload": json.dumps({})})
         self.assertEqual(signal.status_code, 400)
         self.assertIn("P0002", signal.text)
+        self.assertEqual(self.status(order), "awaiting_signal")
+        rewind = self.client.post("/act/rewind", data={"csrf": csrf_of(page.text), "target": str(order),
+                                                       "step": "ship"}, follow_redirects=False)
+        self.assertIn("was+not+rewound", rewind.headers["location"])
+        fork = self.client.post("/act/fork", data={"csrf": csrf_of(page.text), "target": str(order), "entry": "1"})
+        self.assertEqual(fork.status_code, 400)
+        self.assertIn("P0002", fork.text)
+        self.assertEqual(self.status(order), "awaiting_signal")
+
+    def test_a_role_granted_the_fsm_may_not_repair_it(self):
+        order = self.insert({"n": 1})
+        self.until(lambda: self.status(order) == "awaiting_signal", message="the wait")
+        self.db.execute("SELECT gd_grant('web_order', 'web_stranger')")
+        self.addCleanup(self.db.execute, "SELECT gd_revoke('web_order', 'web_stranger')")
+        confirm = self.client.get("/confirm/rewind", params={"target": str(order)})
+        self.assertIn("Only the FSM's owner may rewind its instances", confirm.text)
+        for action, form in (("rewind", {"step": "ship"}), ("fork", {"entry": "1"})):
+            with self.subTest(action=action):
+                refused = self.client.post(f"/act/{action}", data={"csrf": csrf_of(confirm.text),
+                                                                   "target": str(order), **form})
+                self.assertEqual(refused.status_code, 403)
+                self.assertIn(f"only the owner of FSM &#39;web_order&#39; (web_shop) may {action} its instances"
+                              f" (SQLSTATE 42501)", refused.text)
         self.assertEqual(self.status(order), "awaiting_signal")

@@ -145,7 +145,10 @@ class BadInput(AsRole):
         for action, query, message in (("bulk_cancel", {"since": "next tuesday"}, "bad time in the filter"),
                                        ("bulk_retry", {"key": "\x00"}, "key contains a NUL byte"),
                                        ("signal", {"target": "1\x00"}, "target contains a NUL byte"),
-                                       ("pause", {"target": "1\x00"}, "target contains a NUL byte")):
+                                       ("pause", {"target": "1\x00"}, "target contains a NUL byte"),
+                                       ("fork", {"target": "1"}, "a history entry must be an integer from 1 to"),
+                                       ("fork", {"target": "1", "entry": "2147483648"}, "a history entry must be"),
+                                       ("rewind", {"target": "1\x00"}, "target contains a NUL byte")):
             with self.subTest(action=action, query=query):
                 self.refused(self.client.get(f"/confirm/{action}", params=query), message)
 
@@ -172,7 +175,15 @@ class BadInput(AsRole):
                 ("signal", {"target": str(order), "name": "paid", "payload": "{not json"},
                  "invalid input syntax for type json"),
                 ("signal", {"target": str(order), "name": " "}, "a signal needs a name"),
-                ("pause", {"target": "default\x00"}, "target contains a NUL byte")):
+                ("pause", {"target": "default\x00"}, "target contains a NUL byte"),
+                ("rewind", {"target": str(order), "step": " "}, "a rewind needs the step to go back to"),
+                ("rewind", {"target": str(order), "step": "pack\x00"}, "step contains a NUL byte"),
+                ("rewind", {"target": str(order), "step": "nowhere"}, "(SQLSTATE 42704)"),
+                ("rewind", {"target": str(order), "step": "pack", "state": "{not json"},
+                 "invalid input syntax for type json"),
+                ("rewind", {"target": str(order), "step": "pack", "state": "[1]"}, "(SQLSTATE 22023)"),
+                ("fork", {"target": str(order), "entry": "1e3"}, "a history entry must be an integer"),
+                ("fork", {"target": str(order), "entry": "1", "state": "\"x\""}, "(SQLSTATE 22023)")):
             with self.subTest(action=action, form=form):
                 self.refused(self.client.post(f"/act/{action}", data={"csrf": csrf, **form}), message)
         for name in ("target", "reason"):   # a file where text is wanted
@@ -229,6 +240,12 @@ class Squatter(AsRole):
                                             payload='{"amount": 1}', dedup_key="d").headers["location"])
         self.assertIn("cancelled", self.act("cancel", target=str(waiting[1]), reason="r").headers["location"])
         self.assertIn("retried", self.act("retry", target=str(failed)).headers["location"])
+        self.assertIn("rewound", self.act("rewind", target=str(failed), step="pack").headers["location"])
+        confirm = self.client.get("/confirm/fork", params={"target": str(parent), "entry": "1"})
+        self.assertEqual(confirm.status_code, 200)
+        forked = self.client.post("/act/fork", data={"csrf": csrf_of(confirm.text), "target": str(parent),
+                                                     "entry": "1", "state": '{"n": 9}'}, follow_redirects=False)
+        self.assertIn("forked+from+entry+1", forked.headers["location"])
         self.assertIn("paused", self.act("pause", target=queue).headers["location"])
         self.assertIn("resumed", self.act("resume", target=queue).headers["location"])
         confirm = self.client.get("/confirm/bulk_cancel", params={"key": key, "status": LIVE})

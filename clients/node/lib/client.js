@@ -43,6 +43,7 @@ async function connect(config = {}, { pooler, applicationName } = {}) {
 }
 
 const toId = (value) => (value == null ? value : Number(value));
+const jsonOrNull = (value) => (value == null ? null : JSON.stringify(value));
 
 function instanceFrom(row) {
   return {
@@ -133,6 +134,25 @@ class Client {
 
   async retry(id) {
     return (await this.one((await this.sql()).retry, [id])).changed;
+  }
+
+  /** gd_rewind: a failed or stuck live instance back to `step` of its version, with `state` (else its own);
+   * false when it is done or cancelled (fork it), or not one you may use.  Needs the FSM owner's rights. */
+  async rewind(id, step, { state = null } = {}) {
+    return (await this.one((await this.sql()).rewind, [id, step, jsonOrNull(state)])).changed;
+  }
+
+  /** gd_fork: the id of a new instance started at the step of entry `entry` (its number in gd_history) of
+   * instance `id`'s step history, with the state that step started with, or `state`. */
+  async fork(id, entry, { state = null } = {}) {
+    return toId((await this.one((await this.sql()).fork, [id, entry, jsonOrNull(state)])).id);
+  }
+
+  /** gd_migrate: how many live instances of `fsm` moved from one version to another, each to the step
+   * `stepMap` ({old: new}) names for its step (else one of the same name); all or none. */
+  async migrate(fsm, fromVersion, toVersion, stepMap = {}) {
+    return (await this.one((await this.sql()).migrate,
+      [fsm, fromVersion, toVersion, JSON.stringify(stepMap ?? {})])).moved;
   }
 
   /** The instance's row of gd.instances, or null (none, or not one you may use). */

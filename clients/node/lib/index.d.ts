@@ -74,6 +74,12 @@ export class Client {
   wait(id: number, options?: { timeout?: Seconds; until?: 'settled' | 'terminal' }): Promise<Settled>;
   cancel(id: number, reason?: string | null): Promise<boolean>;
   retry(id: number): Promise<boolean>;
+  /** gd_rewind: false when the instance is done, cancelled or not yours; the FSM owner's rights (else 42501). */
+  rewind(id: number, step: string, options?: { state?: State | null }): Promise<boolean>;
+  /** gd_fork: a new instance from entry `entry` of the instance's step history (its number in gd_history). */
+  fork(id: number, entry: number, options?: { state?: State | null }): Promise<number>;
+  /** gd_migrate: how many live instances moved; stepMap: { [oldStep]: newStep }. */
+  migrate(fsm: string, fromVersion: number, toVersion: number, stepMap?: { [step: string]: string }): Promise<number>;
   get(id: number): Promise<Instance | null>;
   drain(queue: string, options?: { withScheduled?: boolean; maxSteps?: number }): Promise<number>;
 }

@@ -30,6 +30,9 @@ function apiStatements(api) {
     await: `SELECT status, step, attempt, result, error FROM ${api}.gd_await($1::bigint, $2::interval, $3)`,
     cancel: `SELECT ${api}.gd_cancel($1::bigint, $2) AS changed`,
     retry: `SELECT ${api}.gd_retry($1::bigint) AS changed`,
+    rewind: `SELECT ${api}.gd_rewind($1::bigint, $2, $3::jsonb) AS changed`,
+    fork: `SELECT ${api}.gd_fork($1::bigint, $2, $3::jsonb) AS id`,
+    migrate: `SELECT ${api}.gd_migrate($1, $2, $3, $4::jsonb) AS moved`,
     drain: `SELECT ${api}.gd_drain($1, with_scheduled => $2, max_steps => $3) AS ran`,
     // Only steps of the FSMs the worker has handlers for (fsms).
     // secondsLeft: until the step's deadline (NULL: none), by the server's clock.

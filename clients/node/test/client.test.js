@@ -20,6 +20,8 @@ BEGIN
         RETURN gd_next('finish', state || '{"started": true}');
     ELSIF state ? 'fail' THEN
         RAISE EXCEPTION 'asked to fail';
+    ELSIF state ? 'stop' THEN
+        RETURN gd_stop('{"why": "asked to stop"}');
     END IF;
     RETURN gd_done(jsonb_build_object('state', state, 'signals', jsonb_array_length(coalesce(ctx.signals, '[]'))));
 END $$`);
@@ -132,6 +134,68 @@ test('cancel and retry', async (t) => {
   assert.equal((await s.status(failing)).status, 'failed');
   assert.equal(await client.retry(failing), true);
   assert.deepEqual(await s.status(failing), { status: 'runnable', step: 'finish', attempt: 1 });
+});
+
+test('rewind, fork and migrate: repairs by the owner of the FSM', async (t) => {
+  const { s, client } = await setup(t);
+  const fsm = s.name('mended');
+  const steps = (last) => JSON.stringify({ start: { handler: HANDLER }, [last]: { handler: HANDLER, max_attempts: 1 } });
+  await s.db.query('SELECT gd_define_fsm($1, $2, $3, history => true, steps => $4)', [fsm, 'start', s.queue, steps('finish')]);
+  // A stopped instance, rewound to finish with its state corrected, runs from there to done.
+  const stopped = await client.insert(fsm, { stop: true });
+  await client.drain(s.queue);
+  assert.equal((await s.status(stopped)).status, 'failed');
+  assert.equal(await client.rewind(stopped, 'finish', { state: { fixed: true } }), true);
+  assert.deepEqual(await s.status(stopped), { status: 'runnable', step: 'finish', attempt: 1 });
+  await client.drain(s.queue);
+  assert.deepEqual(await client.wait(stopped), { status: 'done', step: 'finish', attempt: 1,
+    result: { state: { fixed: true }, signals: 0 }, error: null });
+  assert.equal(await client.rewind(stopped, 'start'), false, 'done: fork it instead');
+  const { rows: history } = await s.db.query('SELECT entry, step, kind, detail FROM gd_history($1)', [stopped]);
+  assert.deepEqual(history.map((h) => [h.entry, h.step, h.kind]),
+    [[1, 'start', 'next'], [2, 'finish', 'stop'], [3, 'finish', 'rewind'], [4, 'finish', 'done']]);
+  const { rows: [{ me }] } = await s.db.query('SELECT current_user AS me');
+  assert.deepEqual(history[2].detail, { by: me, from_step: 'finish', from_status: 'failed', from_attempt: 1 });
+
+  // A fork from entry 2 (finish, with the state it started with), or with a state of our own.
+  const forked = await client.fork(stopped, 2);
+  assert.equal(typeof forked, 'number');
+  assert.deepEqual((await client.get(forked)).state, { stop: true, started: true });
+  const mended = await client.fork(stopped, 2, { state: { fixed: 'again' } });
+  await client.drain(s.queue);
+  assert.equal((await s.status(forked)).status, 'failed', 'stopped again, as the original was');
+  assert.deepEqual((await client.wait(mended)).result, { state: { fixed: 'again' }, signals: 0 });
+  await assert.rejects(client.fork(stopped, 99), { code: 'P0002' });
+
+  // Version 2 renames finish to close: a parked instance migrates, and resumes at close.
+  const parked = await client.insert(fsm, { wait: true });
+  await client.drain(s.queue);
+  await s.db.query('SELECT gd_define_fsm($1, $2, $3, history => true, version => 2, steps => $4)',
+    [fsm, 'start', s.queue, steps('close')]);
+  await assert.rejects(client.migrate(fsm, 1, 2), { code: '22023' }); // finish: not a step of version 2
+  assert.equal(await client.migrate(fsm, 1, 2, { finish: 'close' }), 1);
+  await client.signal(parked, 'go');
+  await client.drain(s.queue);
+  assert.deepEqual(await s.status(parked), { status: 'done', step: 'close', attempt: 1 });
+  assert.equal((await client.get(parked)).version, 2);
+
+  // A role granted the FSM may use its instances, not repair them: 42501, nothing changed.
+  const mender = s.name('mender');
+  await s.db.query(`CREATE ROLE ${mender}`);
+  await s.db.query('SELECT gd_grant($1, $2)', [fsm, mender]);
+  const granted = await Client.connect(DSN);
+  try {
+    await granted.client.query(`SET ROLE ${mender}`);
+    await assert.rejects(granted.rewind(forked, 'start'),
+      (e) => e.code === '42501' && /only the owner of FSM/.test(e.message));
+    await assert.rejects(granted.fork(forked, 1), { code: '42501' });
+    await assert.rejects(granted.migrate(fsm, 2, 1), { code: '42501' });
+  } finally {
+    await granted.end();
+    await s.db.query('SELECT gd_revoke($1, $2)', [fsm, mender]);
+    await s.db.query(`DROP ROLE ${mender}`);
+  }
+  assert.deepEqual(await s.status(forked), { status: 'failed', step: 'finish', attempt: 1 });
 });
 
 test('errors carry the SQLSTATE and a gen_durable: message', async (t) => {

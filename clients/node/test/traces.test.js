@@ -2,8 +2,9 @@
 // Traces: every step a span under the caller's trace — the worker's around
 // its handlers, StepSpanExporter's for the in-database steps from the step
 // history — into the SDK's in-memory exporter: parentage, timing and
-// attributes of a 3-step FSM with a child and an external step; and the
-// exporter's checkpoint (nothing sent twice, a failed export sent again).
+// attributes of a 3-step FSM with a child and an external step; the
+// exporter's checkpoint (nothing sent twice, a failed export sent again);
+// no span for a repair's row (a gd_rewind's).
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const crypto = require('crypto');
@@ -183,6 +184,24 @@ test('a step whose transaction commits late is not passed over', async (t) => {
   await open.query('COMMIT');
   await exportUntil(exporter, spans, 2);
   assert.deepEqual(spans().map((span) => span.attributes['gen_durable.instance_id']), [late, early]);
+  await exporter.close();
+});
+
+test('a repair\'s row of the step history makes no span: a gd_rewind\'s, to a step of SQL', async (t) => {
+  const setting = await setup(t);
+  const { s, order, client, traceparent, spans } = setting;
+  const exporter = setting.exporter({ checkpointTable: `gd_trace_checkpoints_${s.tag}` });
+  const id = await client.insert(order, {}, { traceContext: traceparent });
+  await client.drain(s.queue); // reserve, the audit's check; the order waits at charge for a worker
+  assert.equal(await client.rewind(id, 'ship'), true);
+  await client.drain(s.queue);
+  assert.equal((await s.status(id)).status, 'done');
+  const { rows: history } = await s.db.query('SELECT step, kind FROM gd_history($1) ORDER BY entry', [id]);
+  assert.deepEqual(history.map((h) => `${h.step} ${h.kind}`), ['reserve spawn', 'ship rewind', 'ship done']);
+  await exportUntil(exporter, spans, 3);
+  await exporter.exportOnce(); // the rewind's row, if it made one, would come by now
+  assert.deepEqual(spans().map((span) => [span.attributes['gen_durable.step'], span.attributes['gen_durable.outcome']]),
+    [['reserve', 'spawn'], ['check', 'done'], ['ship', 'done']]);
   await exporter.close();
 });
 

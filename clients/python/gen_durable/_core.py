@@ -52,6 +52,9 @@ class Statements:
         self.wait = f"SELECT status, step, attempt, result, error FROM {api}.gd_await(%s, %s::interval, %s)"
         self.cancel = f"SELECT {api}.gd_cancel(%s, %s)"
         self.retry = f"SELECT {api}.gd_retry(%s::bigint)"   # not gd_retry(error jsonb), the outcome
+        self.rewind = f"SELECT {api}.gd_rewind(%s::bigint, %s, %s)"
+        self.fork = f"SELECT {api}.gd_fork(%s::bigint, %s, %s)"
+        self.migrate = f"SELECT {api}.gd_migrate(%s, %s, %s, %s)"
         self.drain = f"SELECT {api}.gd_drain(%s, with_scheduled => %s, max_steps => %s)"
         # Only steps of the FSMs the worker has handlers for (fsms).
         # The last column: seconds until the step's deadline (NULL: none), by the server's clock.

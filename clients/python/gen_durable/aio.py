@@ -106,6 +106,17 @@ class AsyncClient:
     async def retry(self, instance_id: int) -> bool:
         return await self._one((await self._sql()).retry, [instance_id])
 
+    async def rewind(self, instance_id: int, step: str, state: Optional[Mapping] = None) -> bool:
+        return await self._one((await self._sql()).rewind, [instance_id, step, jsonb(state)])
+
+    async def fork(self, instance_id: int, entry: int, state: Optional[Mapping] = None) -> int:
+        return await self._one((await self._sql()).fork, [instance_id, entry, jsonb(state)])
+
+    async def migrate(self, fsm: str, from_version: int, to_version: int,
+                      step_map: Optional[Mapping[str, str]] = None) -> int:
+        return await self._one((await self._sql()).migrate,
+                               [fsm, from_version, to_version, jsonb(dict(step_map or {}))])
+
     async def get(self, instance_id: int) -> Optional[Instance]:
         cursor = await self.connection.execute(_core.GET, [instance_id])
         row = await cursor.fetchone()

@@ -100,6 +100,22 @@ class Client:
     def retry(self, instance_id: int) -> bool:
         return self._one(self._sql().retry, [instance_id])
 
+    def rewind(self, instance_id: int, step: str, state: Optional[Mapping] = None) -> bool:
+        """gd_rewind: a failed or stuck live instance back to `step` of its version, with `state` (else its own);
+        False when it is done or cancelled (fork it), or not one you may use.  Needs the FSM owner's rights."""
+        return self._one(self._sql().rewind, [instance_id, step, jsonb(state)])
+
+    def fork(self, instance_id: int, entry: int, state: Optional[Mapping] = None) -> int:
+        """gd_fork: the id of a new instance started at the step of entry `entry` (its number in gd_history) of
+        the instance's step history, with the state that step started with, or `state`."""
+        return self._one(self._sql().fork, [instance_id, entry, jsonb(state)])
+
+    def migrate(self, fsm: str, from_version: int, to_version: int,
+                step_map: Optional[Mapping[str, str]] = None) -> int:
+        """gd_migrate: how many live instances of `fsm` moved from one version to another, each to the step
+        `step_map` ({old: new}) names for its step (else one of the same name); all or none."""
+        return self._one(self._sql().migrate, [fsm, from_version, to_version, jsonb(dict(step_map or {}))])
+
     def get(self, instance_id: int) -> Optional[Instance]:
         """The instance's row of gd.instances, or None (no such instance, or not one you may use)."""
         row = self.connection.execute(_core.GET, [instance_id]).fetchone()

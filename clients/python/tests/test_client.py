@@ -3,6 +3,7 @@
 import unittest
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from gen_durable import Client, Settled
 from gen_durable._core import behind_pooler
@@ -23,6 +24,8 @@ BEGIN
         RETURN gd_next('finish', state || '{"started": true}');
     ELSIF state ? 'fail' THEN
         RAISE EXCEPTION 'asked to fail';
+    ELSIF state ? 'stop' THEN
+        RETURN gd_stop('{"why": "asked to stop"}');
     END IF;
     RETURN gd_done(jsonb_build_object('state', state, 'signals', jsonb_array_length(coalesce(ctx.signals, '[]'))));
 END $$""")
@@ -115,6 +118,70 @@ class ClientTest(ServerTest):
         self.assertEqual(self.status(failing)[0], "failed")
         self.assertTrue(self.client.retry(failing))
         self.assertEqual(self.status(failing)[:2], ("runnable", "finish"))
+
+    def test_rewind_fork_and_migrate(self):
+        fsm = self.name("mended")
+
+        def define(last, version=1):
+            steps = {"start": {"handler": HANDLER}, last: {"handler": HANDLER, "max_attempts": 1}}
+            self.db.execute("SELECT gd_define_fsm(%s, 'start', %s, history => true, version => %s, steps => %s)",
+                            [fsm, self.queue, version, Jsonb(steps)])
+
+        define("finish")
+        # A stopped instance, rewound to finish with its state corrected, runs from there to done.
+        stopped = self.client.insert(fsm, {"stop": True})
+        self.client.drain(self.queue)
+        self.assertEqual(self.status(stopped)[0], "failed")
+        self.assertTrue(self.client.rewind(stopped, "finish", {"fixed": True}))
+        self.assertEqual(self.status(stopped), ("runnable", "finish", 1))
+        self.client.drain(self.queue)
+        self.assertEqual(self.client.wait(stopped), Settled("done", "finish", 1, {"state": {"fixed": True},
+                                                                                  "signals": 0}, None))
+        self.assertFalse(self.client.rewind(stopped, "start"), "done: fork it instead")
+        history = self.db.execute("SELECT entry, step, kind, detail, detail->>'by' = current_user"
+                                  "  FROM gd_history(%s)", [stopped]).fetchall()
+        self.assertEqual([h[:3] for h in history],
+                         [(1, "start", "next"), (2, "finish", "stop"), (3, "finish", "rewind"), (4, "finish", "done")])
+        self.assertEqual(history[2][3]["from_status"], "failed")
+        self.assertTrue(history[2][4], "the rewind's row says who did it")
+
+        # A fork from entry 2 (finish, with the state it started with), or with a state of our own.
+        forked = self.client.fork(stopped, 2)
+        self.assertEqual(self.client.get(forked).state, {"stop": True, "started": True})
+        mended = self.client.fork(stopped, 2, {"fixed": "again"})
+        self.client.drain(self.queue)
+        self.assertEqual(self.status(forked)[0], "failed", "stopped again, as the original was")
+        self.assertEqual(self.client.wait(mended).result, {"state": {"fixed": "again"}, "signals": 0})
+        with self.assertRaises(psycopg.errors.NoDataFound):
+            self.client.fork(stopped, 99)
+
+        # Version 2 renames finish to close: a parked instance migrates, and resumes at close.
+        parked = self.client.insert(fsm, {"wait": True})
+        self.client.drain(self.queue)
+        define("close", version=2)
+        with self.assertRaises(psycopg.errors.InvalidParameterValue):   # finish: not a step of version 2
+            self.client.migrate(fsm, 1, 2)
+        self.assertEqual(self.client.migrate(fsm, 1, 2, {"finish": "close"}), 1)
+        self.client.signal(parked, "go")
+        self.client.drain(self.queue)
+        self.assertEqual(self.status(parked), ("done", "close", 1))
+        self.assertEqual(self.client.get(parked).version, 2)
+
+        # A role granted the FSM may use its instances, not repair them: 42501, nothing changed.
+        mender = self.name("mender")
+        self.db.execute(f"CREATE ROLE {mender}")
+        self.addCleanup(self.db.execute, f"DROP ROLE {mender}")
+        self.db.execute("SELECT gd_grant(%s, %s)", [fsm, mender])
+        self.addCleanup(self.db.execute, "SELECT gd_revoke(%s, %s)", [fsm, mender])
+        with Client(DSN) as granted:
+            granted.connection.execute(f"SET ROLE {mender}")
+            for repair in (lambda: granted.rewind(forked, "start"), lambda: granted.fork(forked, 1),
+                           lambda: granted.migrate(fsm, 2, 1)):
+                with self.assertRaises(psycopg.errors.InsufficientPrivilege) as refused:
+                    repair()
+                self.assertEqual(refused.exception.sqlstate, "42501")
+                self.assertIn("only the owner of FSM", str(refused.exception))
+        self.assertEqual(self.status(forked), ("failed", "finish", 1))
 
     def test_errors_are_psycopg_errors_with_the_sqlstate(self):
         with self.assertRaises(psycopg.errors.UndefinedObject) as raised:

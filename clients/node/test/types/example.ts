@@ -15,6 +15,11 @@ async function main(): Promise<void> {
   if (order !== null) {
     const { status, result } = await client.wait(order, { timeout: 10, until: 'terminal' });
     console.log(status, result);
+    // Repairs, as the FSM's owner: back to a step, a new instance from a history entry, another version.
+    const rewound: boolean = await client.rewind(order, 'charge', { state: { sku: 'tea', amount: 12.5 } });
+    const copy: number = await client.fork(order, 2);
+    const moved: number = await client.migrate('checkout', 1, 2, { receipt: 'invoice' });
+    console.log(rewound, copy, moved);
   }
   await client.end();
 

@@ -16,7 +16,11 @@ def place_order(client: Client) -> Optional[str]:
     settled: Settled = client.wait(order, timeout=10, until="terminal")
     row: Optional[Instance] = client.get(order)
     ids: List[int] = client.insert_all("checkout", [{"state": {"sku": "tea"}}])
-    print(delivered, row, ids)
+    # Repairs, as the FSM's owner: back to a step, a new instance from a history entry, another version.
+    rewound: bool = client.rewind(order, "charge", {"sku": "tea", "amount": 12.5})
+    copy: int = client.fork(order, 2)
+    moved: int = client.migrate("checkout", 1, 2, {"receipt": "invoice"})
+    print(delivered, row, ids, rewound, copy, moved)
     return settled.status
 
 
