@@ -79,7 +79,7 @@ void gd_labelled_stats_reset()
     LWLockRelease(labelled_lock(2));
 }
 
-void gd_count_labelled_step(const char *fsm, const char *step, StatEvent event, int64 duration_us)
+void gd_count_labelled_step(const char *fsm, int version, const char *step, StatEvent event, int64 duration_us)
 {
     if (labelled_tables == nullptr)
         return;
@@ -87,6 +87,7 @@ void gd_count_labelled_step(const char *fsm, const char *step, StatEvent event, 
     memset(&key, 0, sizeof(key));
     key.database = MyDatabaseId;
     key.event = static_cast<int32>(event);
+    key.version = version;
     set_label(key.fsm, fsm);
     set_label(key.step, step);
     uint64 duration = static_cast<uint64>(Max(duration_us, 0));

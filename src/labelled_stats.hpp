@@ -19,8 +19,8 @@ void gd_labelled_stats_attach(void *memory, LWLockPadded *locks, bool fresh);
 /* gd_stats_reset(): every table empty again. */
 void gd_labelled_stats_reset();
 
-/* A step of (fsm, step) in this database ended with a step event after duration_us. */
-void gd_count_labelled_step(const char *fsm, const char *step, StatEvent event, int64 duration_us);
+/* A step of (fsm, version, step) in this database ended with a step event after duration_us. */
+void gd_count_labelled_step(const char *fsm, int version, const char *step, StatEvent event, int64 duration_us);
 
 /* What gd.queue_stats counts per queue of this database. */
 enum class QueueEvent : int { picks, rows_asked, rows_picked, drained, reclaimed, stale_outcomes, count_ };

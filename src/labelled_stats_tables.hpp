@@ -44,6 +44,7 @@ inline double bucket_lower_us(int bucket)
 struct StepKey {
     Oid database;
     int32 event; /* a step StatEvent */
+    int32 version; /* of the FSM */
     Label fsm, step;
 };
 

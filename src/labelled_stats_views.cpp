@@ -132,10 +132,11 @@ Datum label_datum(const Label &label, const char *when_empty)
 } // namespace
 
 /*
- * gd.read_step_stats(): per (database, fsm, step, kind): count, total_ms,
- * max_ms, p50_ms, p95_ms, p99_ms, latency_le (seconds), latency_bucket
- * (cumulative counts at those bounds), since, latency_histogram (the count
- * of each of the 128 buckets); the "(other)" row last when used.
+ * gd.read_step_stats(): per (database, fsm, step, kind, version): count,
+ * total_ms, max_ms, p50_ms, p95_ms, p99_ms, latency_le (seconds),
+ * latency_bucket (cumulative counts at those bounds), since,
+ * latency_histogram (the count of each of the 128 buckets), version (last:
+ * added later); the "(other)" row last when used.
  */
 GD_SQL_FUNCTION(gd_read_step_stats)
 {
@@ -148,7 +149,7 @@ GD_SQL_FUNCTION(gd_read_step_stats)
     Datum bounds = float_array(bounds_seconds, PROMETHEUS_BUCKETS);
     DatabaseNames databases;
     databases.read(labelled_tables->steps, 0);
-    auto emit = [&](Datum database, Datum fsm, Datum step, Datum kind, StepCounters &c) {
+    auto emit = [&](Datum database, Datum fsm, Datum step, Datum kind, int32 version, StepCounters &c) {
         uint64 buckets[LATENCY_BUCKETS];
         for (int i = 0; i < LATENCY_BUCKETS; i++)
             buckets[i] = pg_atomic_read_u64(&c.buckets[i]);
@@ -161,7 +162,7 @@ GD_SQL_FUNCTION(gd_read_step_stats)
                 running += buckets[next];
             cumulative[b] = running;
         }
-        Datum values[14] = {database, fsm, step, kind, Int64GetDatum(static_cast<int64>(count)),
+        Datum values[15] = {database, fsm, step, kind, Int64GetDatum(static_cast<int64>(count)),
                             Float8GetDatum(pg_atomic_read_u64(&c.total_us) / 1000.0),
                             Float8GetDatum(max_us / 1000.0),
                             Float8GetDatum(quantile_ms(buckets, count, max_us, 0.50)),
@@ -169,19 +170,21 @@ GD_SQL_FUNCTION(gd_read_step_stats)
                             Float8GetDatum(quantile_ms(buckets, count, max_us, 0.99)), bounds,
                             bigint_array(cumulative, PROMETHEUS_BUCKETS),
                             TimestampTzGetDatum(static_cast<TimestampTz>(pg_atomic_read_u64(&gd_shared->stats.reset_at))),
-                            bigint_array(buckets, LATENCY_BUCKETS)};
-        bool nulls[14] = {};
+                            bigint_array(buckets, LATENCY_BUCKETS), Int32GetDatum(version)};
+        bool nulls[15] = {};
         nulls[0] = database == 0;
+        nulls[14] = version == 0;
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     };
     LWLockAcquire(labelled_lock(0), LW_SHARED);
     for (auto &entry : labelled_tables->steps.entries)
         if (entry.used && databases.name(entry.key.database) != 0)
             emit(databases.name(entry.key.database), label_datum(entry.key.fsm, ""), label_datum(entry.key.step, ""),
-                 CStringGetTextDatum(gd_step_kind(static_cast<StatEvent>(entry.key.event))), entry.counters);
+                 CStringGetTextDatum(gd_step_kind(static_cast<StatEvent>(entry.key.event))), entry.key.version,
+                 entry.counters);
     if (pg_atomic_read_u64(&labelled_tables->steps.other.count) > 0) {
         Datum other = CStringGetTextDatum("(other)");
-        emit(0, other, other, other, labelled_tables->steps.other);
+        emit(0, other, other, other, 0, labelled_tables->steps.other);
     }
     LWLockRelease(labelled_lock(0));
     PG_RETURN_VOID();

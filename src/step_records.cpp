@@ -113,7 +113,7 @@ void gd_record_finished_step(int64 id, const Transition &t, HistoryBatch *batch)
 {
     if (!t.ran.lost) {
         gd_count_step(t.ran.event, t.ran.duration_us);
-        gd_count_labelled_step(t.ran.fsm, t.ran.step, t.ran.event, t.ran.duration_us);
+        gd_count_labelled_step(t.ran.fsm, t.ran.version, t.ran.step, t.ran.event, t.ran.duration_us);
     }
     if (!t.ran.history)
         return;

@@ -22,7 +22,8 @@ CREATE OR REPLACE FUNCTION gd._step_stats_rows(OUT database text, OUT fsm text, 
                                                OUT count bigint, OUT total_ms float8, OUT max_ms float8,
                                                OUT p50_ms float8, OUT p95_ms float8, OUT p99_ms float8,
                                                OUT latency_le float8[], OUT latency_bucket bigint[],
-                                               OUT since timestamptz, OUT latency_histogram bigint[])
+                                               OUT since timestamptz, OUT latency_histogram bigint[],
+                                               OUT version int)
     RETURNS SETOF record LANGUAGE c AS 'MODULE_PATHNAME', 'gd_read_step_stats';
 CREATE OR REPLACE FUNCTION gd._limit_stats_rows(OUT database text, OUT kind text, OUT name text, OUT partition text,
                                                 OUT fsm text, OUT step text, OUT wanted bigint, OUT granted bigint,
@@ -45,18 +46,20 @@ LANGUAGE sql STABLE AS $$
         OR (database = current_database() AND (fsm IS NULL OR gd._may_use(caller, fsm)))
 $$;
 
--- gd.step_stats: per (database, FSM, step, outcome kind).
+-- gd.step_stats: per (database, FSM, step, outcome kind, FSM version).
 CREATE OR REPLACE FUNCTION gd.read_step_stats(OUT database text, OUT fsm text, OUT step text, OUT kind text,
                                               OUT count bigint, OUT total_ms float8, OUT max_ms float8,
                                               OUT p50_ms float8, OUT p95_ms float8, OUT p99_ms float8,
                                               OUT latency_le float8[], OUT latency_bucket bigint[],
-                                              OUT since timestamptz, OUT latency_histogram bigint[])
+                                              OUT since timestamptz, OUT latency_histogram bigint[],
+                                              OUT version int)
     RETURNS SETOF record LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 CREATE OR REPLACE FUNCTION gd._read_step_stats(OUT database text, OUT fsm text, OUT step text, OUT kind text,
                                                OUT count bigint, OUT total_ms float8, OUT max_ms float8,
                                                OUT p50_ms float8, OUT p95_ms float8, OUT p99_ms float8,
                                                OUT latency_le float8[], OUT latency_bucket bigint[],
-                                               OUT since timestamptz, OUT latency_histogram bigint[])
+                                               OUT since timestamptz, OUT latency_histogram bigint[],
+                                               OUT version int)
 RETURNS SETOF record LANGUAGE sql AS $$
     SELECT s.* FROM gd._step_stats_rows() s WHERE gd._may_read_label(gd._caller(), s.database, s.fsm)
 $$;

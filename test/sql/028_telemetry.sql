@@ -32,9 +32,18 @@ SELECT gd._execute('telemetry', 100) AS first_steps;
 SELECT gd._execute('telemetry', 100) AS second_steps;
 SELECT gd._execute('telemetry', 100) AS retried_steps;
 
--- Each step counted once under its FSM, step and outcome kind.
-SELECT database = current_database() AS this_database, fsm, step, kind, count
+-- Each step counted once under its FSM, version, step and outcome kind.
+SELECT database = current_database() AS this_database, fsm, version, step, kind, count
   FROM gd.step_stats WHERE fsm = 'tel_timed' ORDER BY step, kind;
+-- Versions are counted apart: an instance of each of two versions of one FSM.
+SELECT gd_define_fsm('tel_versions', initial => 'second', queue => 'telemetry',
+                     steps => '{"second": {"handler": "t.timed(jsonb, gd.context)"}}') AS version;
+SELECT gd_insert('tel_versions') IS NOT NULL AS inserted_v1;
+SELECT gd_define_fsm('tel_versions', initial => 'second', queue => 'telemetry', version => 2, from_version => 1)
+    AS version;
+SELECT gd_insert('tel_versions') IS NOT NULL AS inserted_v2;
+SELECT gd._execute('telemetry', 100) AS ran;
+SELECT version, step, kind, count FROM gd.step_stats WHERE fsm = 'tel_versions' ORDER BY version;
 -- The quantiles within 10% of the exact ones, total and max exact, the
 -- Prometheus buckets cumulative counts of the durations below each bound.
 WITH exact AS (

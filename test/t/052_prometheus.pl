@@ -128,7 +128,7 @@ like($metrics, qr/^pg_exporter_last_scrape_error(\{[^}]*\})? 0$/m, 'the exporter
 unlike($metrics, qr/^pg_exporter_user_queries_load_error\{[^}]*\} 1$/m, 'it loaded queries.yaml');
 like($metrics, qr/^gen_durable_steps_seconds_bucket\{[^}]*fsm="shop"[^}]*kind="retry"[^}]*le="0\.001024"[^}]*\} \d+$/m,
 	'the steps\' histogram buckets, by FSM, step and kind');
-like($metrics, qr/^gen_durable_steps_seconds_count\{[^}]*kind="done"[^}]*step="charge"[^}]*\} 22$/m,
+like($metrics, qr/^gen_durable_steps_seconds_count\{[^}]*kind="done"[^}]*step="charge"[^}]*version="1"[^}]*\} 22$/m,
 	'each step counted once');
 like($metrics, qr/^gen_durable_queue_executors\{[^}]*queue="default"[^}]*\} 1$/m, 'executors per queue');
 like($metrics, qr/^gen_durable_queue_picks_total\{[^}]*queue="external"[^}]*\} 1$/m, 'a gd_claim is a pick');

@@ -93,10 +93,10 @@ def counters(conn) -> List[Dict[str, Any]]:
 
 
 def step_stats(conn) -> List[Dict[str, Any]]:
-    return rows(conn, "SELECT database, fsm, step, kind, count, total_ms, max_ms, p50_ms, p95_ms, p99_ms,"
+    return rows(conn, "SELECT database, fsm, version, step, kind, count, total_ms, max_ms, p50_ms, p95_ms, p99_ms,"
                       "       latency_histogram FROM gd.step_stats"
                       " WHERE database OPERATOR(pg_catalog.=) pg_catalog.current_database() OR database IS NULL"
-                      " ORDER BY fsm, step, kind")
+                      " ORDER BY fsm, version, step, kind")
 
 
 # -- the latency histogram (src/labelled_stats.cpp's buckets) ------------------
@@ -318,9 +318,15 @@ def concurrency_limits(conn) -> List[Dict[str, Any]]:
 # -- actions ------------------------------------------------------------------
 
 def cancel_plan(conn, instance_id: int) -> Optional[Dict[str, Any]]:
-    """What a gd_cancel of the instance would do: its status, whether it is compensating already, and the
-    compensation step its FSM version names (on_cancel; None: it just ends).  None when this role cannot see it."""
-    found = rows(conn, "SELECT i.status, i.cancelled IS NOT NULL AS compensating, f.on_cancel"
+    """What a gd_cancel of the instance would do, and to what: the instance (FSM, version, step, status,
+    attempt, correlation key, when it was created), whether it is compensating already, the compensation step
+    its FSM version names (on_cancel; None: it just ends), and how many of its children are live (each is
+    cancelled too).  None when this role cannot see it."""
+    found = rows(conn, "SELECT i.fsm, i.version, i.step, i.status, i.attempt, i.correlation_key, i.created_at,"
+                       "       i.cancelled IS NOT NULL AS compensating, f.on_cancel,"
+                       "       (SELECT pg_catalog.count(*) FROM gd.instances c"
+                       "         WHERE c.parent_id OPERATOR(pg_catalog.=) i.id"
+                       "           AND c.status OPERATOR(pg_catalog.<>) ALL ('{done,failed,cancelled}')) AS live_children"
                        "  FROM gd.instances i LEFT JOIN gd.fsms f ON f.name OPERATOR(pg_catalog.=) i.fsm"
                        "                                       AND f.version OPERATOR(pg_catalog.=) i.version"
                        " WHERE i.id OPERATOR(pg_catalog.=) %s", [instance_id])

@@ -139,6 +139,9 @@ class InABrowser(DashboardTest):
         self.open(f"/instances/{refunded}")
         self.assertIn("compensates a cancel with step refund", self.browser.find_element(By.TAG_NAME, "main").text)
         self.browser.find_element(By.LINK_TEXT, "Cancel…").click()
+        subject = self.browser.find_element(By.ID, "subject").text  # what is cancelled, before what runs
+        self.assertIn(f"Instance {refunded}: web_refunded v1, step pack, awaiting_signal, attempt 1, key browser-{self.tag}-refunded",
+                      subject)
         plan = self.browser.find_element(By.ID, "plan").text
         self.assertIn("Step refund (its FSM's compensation) will run, then the instance ends cancelled", plan)
         self.browser.find_element(By.NAME, "reason").send_keys("out of stock")

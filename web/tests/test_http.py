@@ -19,7 +19,7 @@ class AsOwner(AsRole):
         self.assertEqual(page.status_code, 200)
         self.assertIn('data-queue="default"', page.text)
         self.assertIn("<th>scheduled</th><th>held</th>", page.text, "held back by a concurrency key, apart from runnable")
-        self.assertRegex(page.text, r'<td>web_order</td><td>pack</td><td>await</td><td>\d+</td>')
+        self.assertRegex(page.text, r'<td>web_order <small>v1</small></td><td>pack</td><td>await</td><td>\d+</td>')
         self.assertIn("<td>launcher</td>", page.text)
 
         self.assertIn("default-src 'self'", page.headers["content-security-policy"])
@@ -88,6 +88,10 @@ class AsOwner(AsRole):
 
         failed = self.insert({"fail": True})
         self.until(lambda: self.status(failed) == "failed", message="the failure")
+        listing = self.client.get("/instances", params={"status": "failed", "fsm": "web_order"}).text
+        row = listing[listing.index(f'data-id="{failed}"'):]
+        self.assertRegex(row[:row.index("</tr>")], r'<td class="error" title="[^"]*stopped its instance">[^<]*stopped its instance</td>',
+                         "the list shows why an instance failed")
         self.assertIn("retried", self.act("retry", target=str(failed)).headers["location"])
 
         bulk = [self.insert({"n": n}, correlation_key=f"bulk-{self.tag}-{n}") for n in range(3)]
@@ -246,6 +250,8 @@ class AsStranger(AsRole):
         self.assertEqual(self.client.get(f"/instances/{order}").status_code, 404)
         self.assertNotIn("<td>web_order</td>", self.client.get("/").text)
         page = self.client.get("/confirm/cancel", params={"target": str(order)})
+        self.assertNotIn(f"secret-{self.tag}", page.text)   # the confirmation says nothing of an instance it cannot see
+        self.assertNotIn('id="subject"', page.text)
         answer = self.client.post("/act/cancel", data={"csrf": csrf_of(page.text), "target": str(order)},
                                   follow_redirects=False)
         self.assertIn("was+not+cancelled", answer.headers["location"])
