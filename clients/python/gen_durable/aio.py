@@ -274,7 +274,7 @@ class AsyncWorker(_core.WorkerSettings):
         await self._release(connection, claims[next_:], "the worker is stopping")
 
     async def _call(self, connection, claim: Claim, step_connection: "AsyncStepConnection"):
-        """As Worker._call: the outcome, or OVERRAN / ABANDONED, when the handler's task is cancelled."""
+        """As Worker._call for one claim: its outcome, or OVERRAN / ABANDONED, when the handler's task is cancelled."""
         left = claim.seconds_left()
         if left is not None and left <= 0:
             _core.ended_early(claim, _core.OVERRAN, self.name)
@@ -322,7 +322,7 @@ class AsyncWorker(_core.WorkerSettings):
             await connection.execute("ROLLBACK")
 
     async def _complete_in_step_transaction(self, connection, claim: Claim, outcome: Outcome):
-        """As Worker._complete_in_step_transaction."""
+        """As Worker._complete_in_step_transaction, for one claim."""
         failure = _core.aborted_step(self.name) if _core.aborted(connection) else None
         if failure is None:
             try:

@@ -206,33 +206,21 @@ class Worker(_core.WorkerSettings):
         next_ = 0
         while next_ < len(claims) and not self._stopping.is_set():
             claim = claims[next_]
-            if self.handlers.batched(claim):
-                group = [c for c in claims[next_:] if (c.fsm, c.step) == (claim.fsm, claim.step)]
-                step_connection = _core.StepConnection(connection)
-                group_outcomes = self._call_batch(connection, group, step_connection)
-                if group_outcomes == _core.ABANDONED:
-                    break   # goes back with the rest
-                next_ += len(group)
-                if group_outcomes == _core.OVERRAN:
-                    continue
-                if step_connection.began:
-                    self._complete_batch_in_step_transaction(connection, group, group_outcomes)
-                else:
-                    ran.extend(group)
-                    outcomes.extend(group_outcomes)
-                continue
+            # A batch handler's claims of one step are next to each other (_batches_together): one call for them.
+            group = ([c for c in claims[next_:] if (c.fsm, c.step) == (claim.fsm, claim.step)]
+                     if self.handlers.batched(claim) else [claim])
             step_connection = _core.StepConnection(connection)
-            outcome = self._call(connection, claim, step_connection)
-            if outcome == _core.ABANDONED:
+            group_outcomes = self._call(connection, group, step_connection)
+            if group_outcomes == _core.ABANDONED:
                 break   # goes back with the rest
-            next_ += 1
-            if outcome == _core.OVERRAN:
+            next_ += len(group)
+            if group_outcomes == _core.OVERRAN:
                 continue
             if step_connection.began:
-                self._complete_in_step_transaction(connection, claim, outcome)
+                self._complete_in_step_transaction(connection, group, group_outcomes)
             else:
-                ran.append(claim)
-                outcomes.append(outcome)
+                ran.extend(group)
+                outcomes.extend(group_outcomes)
         if ran:
             _core.note_lost_leases(ran, self._complete(connection, ran, outcomes), self.name)
         self._release(connection, claims[next_:], "the worker is stopping")
@@ -250,11 +238,14 @@ class Worker(_core.WorkerSettings):
                 ordered.extend(c for c in claims if (c.fsm, c.step) == key)
         return ordered
 
-    def _call_batch(self, connection: psycopg.Connection, group: List[Claim],
-                    step_connection: _core.StepConnection):
-        """Run a batch handler once for the claims of its step: their outcomes, in order (when it raises,
+    def _call(self, connection: psycopg.Connection, group: List[Claim], step_connection: _core.StepConnection):
+        """Run the handler of a group of claims of one step — one claim, or the claims of a step whose handler
+        takes a batch, called once with their states and contexts: their outcomes, in order (when it raises,
         returns something else than one outcome per claim, or its transaction failed: a failed attempt of
-        each), or OVERRAN / ABANDONED as _call, for all of them.  The batch's deadline is its earliest."""
+        each, its transaction rolled back), or OVERRAN when the step's deadline (the group's earliest) passed
+        first, ABANDONED when the drain's limit did (its transaction rolled back, ctx.cancelled set,
+        ctx.connection closed to it).  The handler runs in a thread of its own, which the lane stops waiting
+        for then."""
         first = min(group, key=lambda c: float("inf") if c.expires is None else c.expires)
         left = first.seconds_left()
         if left is not None and left <= 0:
@@ -263,8 +254,10 @@ class Worker(_core.WorkerSettings):
             return _core.OVERRAN
         for claim in group:
             claim.context.connection = step_connection
-        handler: Any = self.handlers.find(first)   # a batch handler: (states, ctxs) -> outcomes
-        call = _HandlerCall(lambda: handler([c.state for c in group], [c.context for c in group]), first)
+        handler: Any = self.handlers.find(first)
+        batched = self.handlers.batched(first)   # (states, ctxs) -> outcomes; else (state, ctx) -> outcome
+        call = _HandlerCall((lambda: handler([c.state for c in group], [c.context for c in group])) if batched
+                            else (lambda: [handler(first.state, first.context)]), first)
         ended = self._wait_for(call, first)
         if ended is not None:
             step_connection.end()
@@ -281,57 +274,8 @@ class Worker(_core.WorkerSettings):
         if not isinstance(outcomes, (list, tuple)) or len(outcomes) != len(group) \
                 or not all(isinstance(o, Outcome) for o in outcomes):
             self._roll_back(connection, step_connection)
-            return [_core.not_an_outcome(outcomes, self.name)] * len(group)
+            return [_core.not_an_outcome(outcomes if batched else outcomes[0], self.name)] * len(group)
         return list(outcomes)
-
-    def _complete_batch_in_step_transaction(self, connection: psycopg.Connection, group: List[Claim],
-                                            outcomes: List[Outcome]):
-        """Complete a batch in the transaction its handler began, and commit: its writes with every outcome
-        of the batch, or none (a lost lease, a refused outcome: rolled back; the refused one's batch is a
-        failed attempt of each)."""
-        failure = _core.aborted_step(self.name) if _core.aborted(connection) else None
-        completed = []
-        if failure is None:
-            try:
-                completed = [self._complete_one(connection, c, o) for c, o in zip(group, outcomes)]
-                connection.execute("COMMIT" if all(completed) else "ROLLBACK")
-            except psycopg.errors.InvalidParameterValue as e:
-                failure = _core.bad_outcome(e, self.name)
-        if failure is not None:
-            connection.execute("ROLLBACK")
-            completed = self._complete(connection, group, [failure] * len(group))
-        elif not all(completed):
-            completed = [False] * len(group)
-        _core.note_lost_leases(group, completed, self.name)
-
-    def _call(self, connection: psycopg.Connection, claim: Claim, step_connection: _core.StepConnection):
-        """Run a claim's handler: its outcome (a raising handler's: a retry, its transaction rolled back), or
-        OVERRAN when the step's deadline passed first, ABANDONED when the drain's limit did (its transaction
-        rolled back, ctx.cancelled set, ctx.connection closed to it).  The handler runs in a thread of its own,
-        which the lane stops waiting for then."""
-        left = claim.seconds_left()
-        if left is not None and left <= 0:
-            _core.ended_early(claim, _core.OVERRAN, self.name)
-            return _core.OVERRAN
-        claim.context.connection = step_connection
-        handler = self.handlers.find(claim)
-        call = _HandlerCall(lambda: handler(claim.state, claim.context), claim)
-        ended = self._wait_for(call, claim)
-        if ended is not None:
-            step_connection.end()
-            self._roll_back(connection, step_connection)
-            _core.ended_early(claim, ended, self.name)
-            return ended
-        try:
-            outcome = call.result()
-        except Exception as e:
-            self._roll_back(connection, step_connection)
-            log.info("instance %s step %s raised %r", claim.id, claim.step, e)
-            return _core.failed_attempt(e, self.name)
-        if not isinstance(outcome, Outcome):
-            self._roll_back(connection, step_connection)
-            return _core.not_an_outcome(outcome, self.name)
-        return outcome
 
     @staticmethod
     def _roll_back(connection: psycopg.Connection, step_connection: _core.StepConnection):
@@ -355,21 +299,25 @@ class Worker(_core.WorkerSettings):
             with self._lock:
                 self._handlers_running.discard(call.done)
 
-    def _complete_in_step_transaction(self, connection: psycopg.Connection, claim: Claim, outcome: Outcome):
-        """Complete a step in the transaction its handler began, and commit: its writes with its outcome.
-        An outcome the engine refuses, or a transaction a failed statement of the handler's aborted: rolled
-        back, and a failed attempt.  A lost lease (the step runs elsewhere): rolled back."""
+    def _complete_in_step_transaction(self, connection: psycopg.Connection, group: List[Claim],
+                                      outcomes: List[Outcome]):
+        """Complete a group in the transaction its handler began, and commit: its writes with every outcome
+        of the group, or none (a lost lease, a refused outcome: rolled back; a refused one, or a transaction
+        a failed statement of the handler's aborted: a failed attempt of each)."""
         failure = _core.aborted_step(self.name) if _core.aborted(connection) else None
+        completed = []
         if failure is None:
             try:
-                completed = self._complete_one(connection, claim, outcome)
-                connection.execute("COMMIT" if completed else "ROLLBACK")
+                completed = [self._complete_one(connection, c, o) for c, o in zip(group, outcomes)]
+                connection.execute("COMMIT" if all(completed) else "ROLLBACK")
             except psycopg.errors.InvalidParameterValue as e:
                 failure = _core.bad_outcome(e, self.name)
         if failure is not None:
             connection.execute("ROLLBACK")
-            completed = self._complete_one(connection, claim, failure)
-        _core.note_lost_leases([claim], [completed], self.name)
+            completed = self._complete(connection, group, [failure] * len(group))
+        elif not all(completed):
+            completed = [False] * len(group)
+        _core.note_lost_leases(group, completed, self.name)
 
     def _complete(self, connection: psycopg.Connection, claims: List[Claim], outcomes: List[Outcome]) -> List[bool]:
         """All in one statement; when an outcome is refused, one by one, a refused one as a failed attempt."""
