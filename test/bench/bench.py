@@ -120,12 +120,45 @@ def machine_ticks():
     return sum(parts[:8]), idle
 
 
+def cpu_by_pid(pids):
+    """{pid: CPU seconds so far} of the processes of `pids` still there."""
+    return {pid: proc_cpu_seconds([pid]) for pid in pids if os.path.exists(f"/proc/{pid}")}
+
+
+def our_pids():
+    """The bench's processes: the cluster's (the postmaster's tree) and this driver's (its Node.js workers)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    with open(os.path.join(HOST, "data", "postmaster.pid")) as f:
+        todo = [int(f.readline()), os.getpid()]
+    found = []
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+# Each measurement since the last record(): (cores that processes other than the bench's kept busy, the
+# load average at its end) — something else competing for this machine makes a figure doubtful.
+competition = []
+COMPETITION_WARN_CORES = 0.2
+
+
 class CpuMeter:
-    """CPU used by some processes, and how busy the whole machine was."""
+    """CPU used by some processes, how busy the whole machine was, and how much of that was not the bench's."""
 
     def __init__(self, pids):
         self.pids = list(pids)
         self.proc0 = proc_cpu_seconds(self.pids)
+        self.ours0 = cpu_by_pid(our_pids())
         self.total0, self.idle0 = machine_ticks()
         self.t0 = time.monotonic()
 
@@ -133,6 +166,9 @@ class CpuMeter:
         wall = time.monotonic() - self.t0
         total1, idle1 = machine_ticks()
         total, idle = total1 - self.total0, idle1 - self.idle0
+        ours = sum(cpu - self.ours0.get(pid, 0.0) for pid, cpu in cpu_by_pid(our_pids()).items())
+        others = max(0.0, (total - idle) / TICK - ours)
+        competition.append((others / wall if wall > 0 else 0.0, float(loadavg())))
         return {
             "proc_cpu_s": proc_cpu_seconds(self.pids) - self.proc0,
             "wall_s": wall,
@@ -1336,8 +1372,14 @@ def main():
     res = {}
 
     def record(wl, s, value, r, unit="jobs/s"):
+        if competition:
+            r["others_cores"] = max(cores for cores, _ in competition)
+            r["loadavg"] = max(load for _, load in competition)
+            competition.clear()
         res.setdefault(wl, {})[s] = (value, r)
-        log(f"    {LABELS[s]}: {value:,.0f} {unit}" + ("" if r.get("complete", True) else " (INCOMPLETE)"))
+        warn = (f" (WARNING: other processes kept {r['others_cores']:.2f} cores busy meanwhile; load {r['loadavg']:.2f})"
+                if r.get("others_cores", 0.0) > COMPETITION_WARN_CORES else "")
+        log(f"    {LABELS[s]}: {value:,.0f} {unit}" + ("" if r.get("complete", True) else " (INCOMPLETE)") + warn)
 
     w1 = fl = w3 = w2 = None
     diags = []

@@ -10,6 +10,7 @@
 #                                        queues 'default:2', then CONF_LINE...), start,
 #                                        run SETUP_SQL in "bench"; sets and exports
 #                                        BENCH_DATA_FS and BENCH_ENGINE_COMMIT
+#   bench_cluster_stop                   stop it and remove its dir (another may start)
 #   bench_psql ARGS...                   psql -X -q -v ON_ERROR_STOP=1 on "bench"
 #   bench_log_errors                     print the server log's ERROR/FATAL/PANIC lines
 #
@@ -56,7 +57,8 @@ bench_cleanup() {
 
 bench_cluster_init() {
     BENCH_NAME=$1
-    BENCH_BUILT_SUM=$(cat "$(gd_build_dir)/gen_durable.so" "$(gd_build_dir)/sql/$(bench_install_script)" | md5sum | cut -c1-32)
+    local built=${BENCH_BUILD_DIR:-$(gd_build_dir)}   # the tree whose build the cluster is to run
+    BENCH_BUILT_SUM=$(cat "$built/gen_durable.so" "$built/sql/$(bench_install_script)" | md5sum | cut -c1-32)
     DIR=$(mktemp -d "/tmp/gd_$BENCH_NAME.XXXXXX")
     DATA=$DIR/data
     LOG=$DIR/server.log
@@ -121,6 +123,18 @@ bench_cluster_start() {
         BENCH_ENGINE_COMMIT+=" (WARNING: the installed gen_durable.so or install script was replaced by another build meanwhile: these figures may not be this tree's)"
     fi
     export BENCH_DATA_FS BENCH_ENGINE_COMMIT
+}
+
+# Stop the cluster and remove its dir (kept with BENCH_KEEP=1), so that another can start.
+bench_cluster_stop() {
+    gd_as_pg pg_ctl -D "$DATA" -m fast -w stop >/dev/null 2>&1 ||
+        gd_as_pg pg_ctl -D "$DATA" -m immediate stop >/dev/null 2>&1 || true
+    if [[ -n ${BENCH_KEEP:-} ]]; then
+        echo "($BENCH_NAME cluster dir kept: $DIR)"
+    else
+        rm -rf "$DIR"
+    fi
+    DIR= DATA= LOG=
 }
 
 bench_psql() {

@@ -44,6 +44,12 @@
 # test/bench/node/peers.js, the schemas test/bench/setup.sql and
 # test/bench/peers.sql, the peers' install test/bench/peers.sh and the
 # cluster's setup test/bench/cluster.sh (shared with test/bench/soak.sh).
+# Every workload runs BENCH_REPEAT (3) times, each time on a fresh cluster with
+# every system in turn, and the end prints the medians with their ranges and
+# CPU per step (test/bench/summarize.py), warning where other processes took
+# CPU meanwhile; BENCH_BASE=<commit> also builds that commit (in a worktree of
+# its own) and alternates the two builds run by run, the medians side by side
+# (the workloads as each build's test/bench/setup.sql defines them).
 # BENCH_SYSTEMS / BENCH_WORKLOADS (comma lists) run a subset; BENCH_HISTORY=1
 # defines gen_durable's FSMs with a step history (history => true); BENCH_KEEP=1
 # keeps the cluster's dir (and log); BENCH_JSON=file also writes the figures
@@ -74,26 +80,67 @@ gd_build_install
 # shellcheck source=peers.sh
 source "$BENCH_DIR/peers.sh"
 bench_peers_install
-
 # shellcheck source=cluster.sh
 source "$BENCH_DIR/cluster.sh"
-bench_cluster_init bench "$BENCH_DIR/setup.sql"
+
+# The builds compared: this tree (head), and with BENCH_BASE that commit (base),
+# built in a worktree of its own; each run installs its build.
+REPEAT=${BENCH_REPEAT:-3}
+builds=(head)
+declare -A build_tree=([head]=$(gd_build_dir)) build_commit=()
+if [[ -n ${BENCH_BASE:-} ]]; then
+    base_dir=$(mktemp -d /tmp/gd_bench_base.XXXXXX)
+    git -C "$GD_ROOT" worktree add -q --detach "$base_dir/tree" "$BENCH_BASE"
+    gd_make_install "the base build ($BENCH_BASE)" "$base_dir/tree" "$base_dir/build.log"
+    builds=(base head)
+    build_tree[base]=$base_dir/tree
+    build_commit[base]="$(git -C "$base_dir/tree" log -1 --format='%h %s') (BENCH_BASE)"
+fi
+runs_dir=$(mktemp -d /tmp/gd_bench_runs.XXXXXX)
 extra_conf=()
 [[ -z ${BENCH_EXTRA_CONF:-} ]] || mapfile -t extra_conf <<<"$BENCH_EXTRA_CONF"
-bench_cluster_start "${extra_conf[@]}"
-bench_peers_schema
-if [[ ${BENCH_HISTORY:-0} == 1 ]]; then
-    # gen_durable's FSMs keep a step history (their version 2: gd_insert takes it)
-    bench_psql -c "
-        SELECT gd_define_fsm(f.name, f.initial_step, f.queue, version => 2, history => true,
-                             steps => (SELECT jsonb_object_agg(s.step, jsonb_strip_nulls(jsonb_build_object(
-                                                 'handler', s.handler::text, 'max_attempts', s.max_attempts)))
-                                         FROM gd.steps s WHERE s.fsm = f.name AND s.version = 1))
-          FROM gd.fsms f WHERE f.version = 1 AND f.name IN ('w1', 'w2', 'w3', 'x1')"
+
+# One run of every workload and system (interleaved: each system once per
+# run) on a fresh cluster, with the build $1 installed; its figures into $2.
+run_once() {
+    local build=$1 json=$2 setup=$BENCH_DIR/setup.sql
+    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "${build_tree[$build]}" --no-print-directory \
+        PG_CONFIG="$GD_PG_CONFIG" install >/dev/null
+    [[ $build == head ]] || setup=${build_tree[$build]}/test/bench/setup.sql   # the workloads as that build defines them
+    BENCH_BUILD_DIR=${build_tree[$build]}
+    BENCH_ENGINE_COMMIT=${build_commit[$build]:-}   # head's: found by bench_cluster_start
+    bench_cluster_init bench "$setup"
+    bench_cluster_start "${extra_conf[@]}"
+    bench_peers_schema
+    if [[ ${BENCH_HISTORY:-0} == 1 ]]; then
+        # gen_durable's FSMs keep a step history (their version 2: gd_insert takes it)
+        bench_psql -c "
+            SELECT gd_define_fsm(f.name, f.initial_step, f.queue, version => 2, history => true,
+                                 steps => (SELECT jsonb_object_agg(s.step, jsonb_strip_nulls(jsonb_build_object(
+                                                     'handler', s.handler::text, 'max_attempts', s.max_attempts)))
+                                             FROM gd.steps s WHERE s.fsm = f.name AND s.version = 1))
+              FROM gd.fsms f WHERE f.version = 1 AND f.name IN ('w1', 'w2', 'w3', 'x1')"
+    fi
+    gd_log "run $build: $json"
+    BENCH_JSON=$json "$PY" "$BENCH_DIR/bench.py" "$DIR" "$PORT"
+    bench_log_errors
+    bench_cluster_stop
+}
+
+summary_args=()
+for rep in $(seq 1 "$REPEAT"); do
+    for build in "${builds[@]}"; do
+        run_once "$build" "$runs_dir/$build-$rep.json"
+        summary_args+=("$build=$runs_dir/$build-$rep.json")
+    done
+done
+if [[ -n ${BENCH_BASE:-} ]]; then
+    git -C "$GD_ROOT" worktree remove --force "$base_dir/tree"
+    rm -rf "$base_dir"
+    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "${build_tree[head]}" --no-print-directory \
+        PG_CONFIG="$GD_PG_CONFIG" install >/dev/null   # this tree's build stays installed
 fi
-
-"$PY" "$BENCH_DIR/bench.py" "$DIR" "$PORT"
-
-bench_log_errors
+"$PY" "$BENCH_DIR/summarize.py" "${summary_args[@]}"
+[[ -n ${BENCH_KEEP:-} ]] && echo "(each run's figures kept: $runs_dir)" || rm -rf "$runs_dir"
 echo
-echo "bench took $(($(date +%s) - BENCH_START)) s in all (bootstrap, build, cluster, workloads)"
+echo "bench took $(($(date +%s) - BENCH_START)) s in all (bootstrap, build, clusters, workloads)"
