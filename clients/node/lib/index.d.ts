@@ -121,6 +121,9 @@ export interface Context {
 }
 
 export type Handler = (state: State, ctx: Context) => Outcome | Promise<Outcome>;
+/** A batch step's handler: the states and contexts of the claims of its step that one claim brought, in order;
+ *  one outcome per claim, in that order (the contexts share one connection and one signal). */
+export type BatchHandler = (states: State[], ctxs: Context[]) => Outcome[] | Promise<Outcome[]>;
 
 export interface WorkerOptions {
   handlers?: { [fsmSlashStep: string]: Handler };
@@ -145,7 +148,9 @@ export interface OpenTelemetryTracer {
 
 export class Worker {
   constructor(config?: string | ClientConfig, options?: WorkerOptions);
-  step(fsm: string, step: string, handler: Handler): this;
+  step(fsm: string, step: string, handler: Handler, options?: { batch?: false }): this;
+  /** A batch step's handler: called once for the claims of its step that one claim brought. */
+  step(fsm: string, step: string, handler: BatchHandler, options: { batch: true }): this;
   run(options?: { signals?: boolean }): Promise<void>;
   stop(): void;
 }

@@ -33,6 +33,15 @@
  *    (tracing.js): a child of its instance's trace context, with the
  *    instance, FSM, step, attempt and outcome; on `tracer` if given, else
  *    the global tracer provider's.
+ *
+ * A batch step's handler, registered with step(fsm, step, handler,
+ * { batch: true }), is handler(states, ctxs) -> [outcome, ...]: called once
+ * for the claims of its step that one claim brought (up to the worker's
+ * `batch`), one outcome per claim in their order; the contexts share one
+ * ctx.connection, whose transaction commits with every outcome of the
+ * batch, and one ctx.signal; its deadline is its earliest claim's.  A throw,
+ * another number of outcomes or a non-outcome among them is a failed attempt
+ * of each.  A single claim is run as a group of one.
  */
 const os = require('os');
 const pg = require('pg');
@@ -122,6 +131,7 @@ class Worker {
     this.tracer = workerTracer(tracer);
     this.name = name ?? `${os.hostname()}:${process.pid}`;
     this.handlers = new Map(Object.entries(handlers)); // 'fsm/step' -> handler
+    this.batched = new Set(); // the 'fsm/step' whose handler takes a batch: (states, ctxs) -> outcomes
     this.stopping = false;
     this.waitingClaims = new Set(); // of the lanes whose claim waits in the server: {client, cancelled}
     this.inHand = new Map(); // claim id -> lease token
@@ -130,13 +140,20 @@ class Worker {
     this.drainTimer = null;
   }
 
-  /** Run `handler(state, ctx)` for `step` of `fsm`; returns the worker. */
-  step(fsm, step, handler) {
-    this.handlers.set(`${fsm}/${step}`, handler);
+  /** Run `handler(state, ctx)` for `step` of `fsm` (with `batch`: `handler(states, ctxs)` for the claims of the
+   *  step that one claim brought, returning one outcome per claim); returns the worker. */
+  step(fsm, step, handler, { batch = false } = {}) {
+    const key = `${fsm}/${step}`;
+    this.handlers.set(key, handler);
+    if (batch) this.batched.add(key);
+    else this.batched.delete(key);
     return this;
   }
 
   handlerOf(claim) { return this.handlers.get(`${claim.fsm}/${claim.step}`); }
+
+  /** Does the claim's handler take a batch (an array of states and one of contexts)? */
+  takesBatch(claim) { return this.batched.has(`${claim.fsm}/${claim.step}`); }
 
   /** [fsm, step] of each handler. */
   steps() { return [...this.handlers.keys()].map((k) => k.split('/')); }
@@ -285,40 +302,68 @@ class Worker {
 
   /**
    * Run the batch's handlers one after another, outside any transaction.  A
-   * step whose handler began its transaction is completed in it at once; the
-   * others together at the end, in one statement.  Draining: the claims not
-   * run yet go back.
+   * group whose handler began its transaction is completed in it at once;
+   * the others together at the end, in one statement.  Draining: the claims
+   * not run yet go back.
    */
-  async runAndComplete(client, claims) {
+  async runAndComplete(client, batch) {
+    const claims = this.batchesTogether(batch);
     const ran = [];
     const outcomes = [];
     let next = 0;
     while (next < claims.length && !this.stopping) {
       const claim = claims[next];
+      // A batch handler's claims of one step are next to each other (batchesTogether): one call for them.
+      const group = this.takesBatch(claim)
+        ? claims.slice(next).filter((c) => c.fsm === claim.fsm && c.step === claim.step) : [claim];
       const step = stepConnection(client);
-      const outcome = await this.traced(claim, () => this.call(client, claim, step));
-      if (outcome === ABANDONED) break; // goes back with the rest
-      next++;
-      if (outcome === OVERRAN) continue;
-      if (step.began()) await this.completeInStepTransaction(client, claim, outcome);
-      else { ran.push(claim); outcomes.push(outcome); }
+      const groupOutcomes = await this.traced(group, () => this.call(client, group, step));
+      if (groupOutcomes === ABANDONED) break; // goes back with the rest
+      next += group.length;
+      if (groupOutcomes === OVERRAN) continue;
+      if (step.began()) await this.completeInStepTransaction(client, group, groupOutcomes);
+      else { ran.push(...group); outcomes.push(...groupOutcomes); }
     }
     if (ran.length) this.noteLostLeases(ran, await this.complete(client, ran, outcomes));
     await this.release(client, claims.slice(next), 'the worker is stopping');
   }
 
+  /** The claims in their order, but those of a step whose handler takes a batch each after the first of its
+   *  step: one call for them. */
+  batchesTogether(claims) {
+    const ordered = [];
+    const seen = new Set();
+    for (const claim of claims) {
+      const key = `${claim.fsm}/${claim.step}`;
+      if (!this.takesBatch(claim)) ordered.push(claim);
+      else if (!seen.has(key)) {
+        seen.add(key);
+        ordered.push(...claims.filter((c) => `${c.fsm}/${c.step}` === key));
+      }
+    }
+    return ordered;
+  }
+
   /**
-   * Run a claim's handler.  Its outcome (a raising handler's: a retry, its
-   * transaction rolled back); OVERRAN when the step's deadline passed first
-   * (its writes undone, not completed: the engine ends the claim at the
-   * deadline and retries the step); ABANDONED when the drain's limit passed
-   * first (its writes undone, handed back).  Either way ctx.signal aborts,
-   * and the handler can no longer query ctx.connection.
+   * Run the handler of a group of claims of one step: one claim, or the
+   * claims of a step whose handler takes a batch, called once with their
+   * states and contexts (one ctx.connection, one ctx.signal).  Their
+   * outcomes, in order (when it throws, or returns something else than one
+   * outcome per claim: a failed attempt of each, its transaction rolled
+   * back); OVERRAN when the group's deadline (its earliest claim's) passed
+   * first (its writes undone, not completed: the engine ends the claims at
+   * their deadlines and retries the steps); ABANDONED when the drain's limit
+   * passed first (its writes undone, handed back).  Either way ctx.signal
+   * aborts, and the handler can no longer query ctx.connection.
    */
-  async call(client, claim, step) {
-    const left = claim.deadline === null ? Infinity : claim.deadline - performance.now();
+  async call(client, group, step) {
+    const deadlineOf = (c) => (c.deadline === null ? Infinity : c.deadline);
+    const first = group.reduce((earliest, c) => (deadlineOf(c) < deadlineOf(earliest) ? c : earliest));
+    const ids = group.map((c) => c.id).join(', ');
+    const what = `${group.length > 1 ? 'instances' : 'instance'} ${ids} step ${first.step}`;
+    const left = deadlineOf(first) - performance.now();
     if (left <= 0) {
-      this.log.warn(`instance ${claim.id} step ${claim.step} was past its deadline before its handler started`);
+      this.log.warn(`${what} was past its deadline before its handler started`);
       return OVERRAN;
     }
     let timer = null;
@@ -328,55 +373,60 @@ class Worker {
       if (left !== Infinity) timer = setTimeout(() => resolve(OVERRAN), left);
     });
     this.abandoners.add(cutShort); // resolved with ABANDONED at the drain's limit
-    const handling = Promise.resolve().then(() =>
-      this.handlerOf(claim)(claim.state, { ...claim.ctx, signal: step.signal, connection: step.connection }));
-    let outcome;
+    const handler = this.handlerOf(first);
+    const batched = this.takesBatch(first);
+    const contexts = group.map((c) => ({ ...c.ctx, signal: step.signal, connection: step.connection }));
+    const handling = Promise.resolve().then(async () => (batched
+      ? handler(group.map((c) => c.state), contexts) : [await handler(first.state, contexts[0])]));
+    let outcomes;
     try {
-      outcome = await Promise.race([handling, ended]);
+      outcomes = await Promise.race([handling, ended]);
     } catch (e) {
       await this.rollBack(client, step);
-      this.log.info(`instance ${claim.id} step ${claim.step} raised ${e}`);
-      return failedAttempt(e, this.name);
+      this.log.info(`${what} raised ${e}`);
+      return group.map(() => failedAttempt(e, this.name));
     } finally {
       clearTimeout(timer);
       this.abandoners.delete(cutShort);
     }
-    if (outcome === OVERRAN || outcome === ABANDONED) {
-      const why = outcome === OVERRAN ? 'ran past its deadline' : "was still running at the drain's limit";
-      step.abort(new Error(`gen_durable: step ${claim.step} of instance ${claim.id} ${why}`));
+    if (outcomes === OVERRAN || outcomes === ABANDONED) {
+      const why = outcomes === OVERRAN ? 'ran past its deadline' : "was still running at the drain's limit";
+      step.abort(new Error(`gen_durable: ${what} ${why}`));
       handling.catch(() => {}); // no longer awaited
       if (step.busy()) {
         // Its query still runs on the lane's connection: nothing can be rolled back there until it
         // ends.  The connection is closed (the batch's other outcomes are lost with it: their claims
         // run again after their leases), the lane reconnects.
         client.connection.stream.destroy();
-        throw new Error(`instance ${claim.id} step ${claim.step} ${why} while its query ran; the lane reconnects`);
+        throw new Error(`${what} ${why} while its query ran; the lane reconnects`);
       }
       await this.rollBack(client, step);
-      this.log.warn(`instance ${claim.id} step ${claim.step} ${why}` +
-        (outcome === OVERRAN ? '; the engine retries it' : '; it is handed back'));
-      return outcome;
+      this.log.warn(`${what} ${why}` + (outcomes === OVERRAN ? '; the engine retries it' : '; it is handed back'));
+      return outcomes;
     }
-    if (isOutcome(outcome)) return outcome;
+    if (Array.isArray(outcomes) && outcomes.length === group.length && outcomes.every(isOutcome)) return outcomes;
     await this.rollBack(client, step);
-    return notAnOutcome(outcome, this.name);
+    return group.map(() => notAnOutcome(batched ? outcomes : outcomes[0], this.name));
   }
 
-  /** Run the step (`run`: Worker.call) in its span, which ends with what became of it. */
-  async traced(claim, run) {
+  /** Run a group of claims (`run`: Worker.call) in a span per claim, each ending with what became of its claim;
+   *  the handler runs in the first one's context. */
+  async traced(group, run) {
     if (this.tracer === null) return run();
-    const { span, context } = startStepSpan(this.tracer, { ...claim.ctx, worker: this.name });
-    let outcome;
+    const spans = group.map((c) => startStepSpan(this.tracer, { ...c.ctx, worker: this.name }));
+    let outcomes;
     try {
-      outcome = await inContext(context, run);
+      outcomes = await inContext(spans[0].context, run);
     } catch (e) {
-      endStepSpan(span, 'lost', e); // its lane reconnects: the claim's lease expires
+      for (const { span } of spans) endStepSpan(span, 'lost', e); // its lane reconnects: the leases expire
       throw e;
     }
-    if (outcome === OVERRAN) endStepSpan(span, 'retry', { message: 'the step ran past its deadline' });
-    else if (outcome === ABANDONED) endStepSpan(span, 'released', null);
-    else endStepSpan(span, engineKind(outcome), outcome[THROWN] ?? outcome.error ?? null); // retry's, stop's
-    return outcome;
+    spans.forEach(({ span }, i) => {
+      if (outcomes === OVERRAN) endStepSpan(span, 'retry', { message: 'the step ran past its deadline' });
+      else if (outcomes === ABANDONED) endStepSpan(span, 'released', null);
+      else endStepSpan(span, engineKind(outcomes[i]), outcomes[i][THROWN] ?? outcomes[i].error ?? null); // retry's, stop's
+    });
+    return outcomes;
   }
 
   async rollBack(client, step) {
@@ -384,17 +434,20 @@ class Worker {
   }
 
   /**
-   * Complete a step in the transaction its handler began, and commit: its
-   * writes with its outcome.  An outcome the engine refuses, or a
-   * transaction a failed query of the handler's aborted: rolled back, and a
-   * failed attempt.  A lost lease (the step runs elsewhere): rolled back.
+   * Complete a group in the transaction its handler began, and commit: its
+   * writes with every outcome of the group, or none.  An outcome the engine
+   * refuses, or a transaction a failed query of the handler's aborted:
+   * rolled back, and a failed attempt of each.  A lost lease (a step runs
+   * elsewhere): rolled back, none completed.
    */
-  async completeInStepTransaction(client, claim, outcome) {
-    let completed;
+  async completeInStepTransaction(client, group, outcomes) {
+    let completed = [];
     let failure = null;
     try {
-      completed = await this.completeOne(client, claim, outcome);
-      await client.query(completed ? 'COMMIT' : 'ROLLBACK');
+      for (let i = 0; i < group.length; i++) completed.push(await this.completeOne(client, group[i], outcomes[i]));
+      const all = completed.every(Boolean);
+      await client.query(all ? 'COMMIT' : 'ROLLBACK');
+      if (!all) completed = group.map(() => false);
     } catch (e) {
       if (e.code === INVALID_PARAMETER_VALUE) failure = retry({ message: e.message, worker: this.name });
       else if (e.code === IN_FAILED_SQL_TRANSACTION) {
@@ -403,9 +456,9 @@ class Worker {
     }
     if (failure) {
       await client.query('ROLLBACK');
-      completed = await this.completeOne(client, claim, failure);
+      completed = await this.complete(client, group, group.map(() => failure));
     }
-    this.noteLostLeases([claim], [completed]);
+    this.noteLostLeases(group, completed);
   }
 
   noteLostLeases(claims, completed) {

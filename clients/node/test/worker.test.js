@@ -105,6 +105,56 @@ test('bad outcomes fail their attempt alone', async (t) => {
   assert.match(rows[1].message, /not an outcome/);
 });
 
+test('a batch handler takes the claims of its step at once; its outcomes apply one per instance', async (t) => {
+  const { s, client, worker, record, effects } = await setup(t);
+  const fsm = s.name('batched');
+  await s.define(fsm, 'pack', { pack: { batch: 10, max_attempts: 2, backoff: '0s' }, end: null });
+  const calls = [];
+  const pack = async (states, ctxs) => {
+    calls.push(ctxs.map((ctx) => ctx.id));
+    assert.ok(ctxs.every((ctx) => ctx.connection === ctxs[0].connection), 'one connection for the batch');
+    for (const ctx of ctxs) await record(ctx); // one transaction: committed with all the outcomes, or none
+    if (states.some((state, i) => state.fail && ctxs[i].attempt === 1)) throw new Error('one of the batch failed');
+    return states.map((state) => (state.n % 2 === 0 ? done({ n: state.n, size: states.length })
+      : nextStep('end', { ...state, size: states.length })));
+  };
+  const ids = await client.insertAll(fsm, [0, 1, 2, 3, 4].map((n) => ({ state: { n, fail: n === 3 } })));
+  const w = worker({ [`${fsm}/end`]: (state) => done({ n: state.n, size: state.size, ended: true }) },
+    { queues: [s.queue], batch: 10 });
+  w.step(fsm, 'pack', pack, { batch: true });
+  await running(w, () => s.allIn(ids));
+  assert.deepEqual(calls, [ids, ids]); // one call for the five, in the claim's order; each failed: again, together
+  assert.deepEqual(await Promise.all(ids.map(async (id) => (await client.get(id)).result)),
+    [0, 1, 2, 3, 4].map((n) => (n % 2 === 0 ? { n, size: 5 } : { n, size: 5, ended: true })));
+  assert.deepEqual((await effects()).map((e) => [e.instance, e.step, e.attempt]),
+    ids.map((id) => [id, 'pack', 2])); // the first attempt's writes were rolled back with it
+});
+
+test('a batch handler returning too few outcomes, or not outcomes, fails the attempt of each', async (t) => {
+  const { s, client, worker, record, effects } = await setup(t);
+  const fsm = s.name('short');
+  await s.define(fsm, 'pack', { pack: { batch: 10, max_attempts: 2, backoff: '0s' } });
+  const sizes = [];
+  const pack = async (states, ctxs) => {
+    sizes.push(states.length);
+    for (const ctx of ctxs) await record(ctx);
+    return ctxs[0].attempt === 1 ? states.slice(1).map(() => done()) // one short
+      : states.map((state, i) => (i === 1 ? { kind: 'done' } : done())); // one is no outcome
+  };
+  const ids = await client.insertAll(fsm, [0, 1, 2].map((n) => ({ state: { n } })));
+  const w = worker({}, { queues: [s.queue], batch: 10 });
+  w.step(fsm, 'pack', pack, { batch: true });
+  await running(w, () => s.allIn(ids, 'failed'));
+  assert.deepEqual(sizes, [3, 3]);
+  const { rows } = await s.db.query(
+    "SELECT attempt, error->>'message' AS message FROM gd.instances WHERE id = ANY($1) ORDER BY id", [ids]);
+  for (const row of rows) {
+    assert.equal(row.attempt, 2);
+    assert.match(row.message, /not an outcome/);
+  }
+  assert.deepEqual(await effects(), []); // each attempt's writes rolled back
+});
+
 test('handlers run outside any transaction; their writes commit with the outcome', async (t) => {
   const { s, fsm, client, handlers, worker, record, effects } = await setup(t);
   const seen = [];

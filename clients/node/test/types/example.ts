@@ -43,6 +43,11 @@ async function main(): Promise<void> {
   // The FSM's on_cancel step: told why a gd_cancel sent the order there, and where it was.
   worker.step('checkout', 'refund', (state: State, ctx: Context) =>
     done({ refunded: ctx.cancelled !== null && ctx.cancelled.step !== 'charge', reason: ctx.cancelled?.reason ?? '' }));
+  // A batch step's handler: the claims of its step at once, one outcome each, one transaction for them all.
+  worker.step('mail', 'send', async (states: State[], ctxs: Context[]) => {
+    await ctxs[0].connection.query('INSERT INTO mail.sent SELECT unnest($1::bigint[])', [ctxs.map((ctx) => ctx.id)]);
+    return states.map((state) => (state.to ? done() : stop({ reason: 'no address' })));
+  }, { batch: true });
   await worker.run();
 
   // A test of it, in one transaction rolled back at the end.
