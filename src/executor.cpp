@@ -4,8 +4,10 @@
  * due or the poll interval passes, whichever is sooner.  A batch is at most
  * batch_size steps, and as many as ran in batch_time at the previous
  * batch's pace: short steps share a commit, slow ones do not hold each
- * other's commit (and row locks) back.  An idle executor starts again at
- * batch_size.
+ * other's commit (and row locks) back — unless it ran a batch step's call,
+ * which cannot be split: paced by steps, a slow one would shrink its batches
+ * to one row, so the next round asks for batch_size again.  An idle executor
+ * starts again at batch_size.
  */
 #include "gen_durable.hpp"
 #include "picker.hpp"
@@ -35,9 +37,9 @@ long gd_executor_round(WorkerSlot *slot, const char *queue)
 {
     int limit = pick_limit > 0 ? Min(pick_limit, gd_batch_size) : gd_batch_size;
     TimestampTz started = GetCurrentTimestamp();
-    int ran = gd_execute_batch(queue, limit, slot);
-    if (ran > 0) {
-        pick_limit = steps_fitting_batch_time(ran, started);
+    BatchRun run = gd_execute_batch(queue, limit, slot);
+    if (run.ran > 0) {
+        pick_limit = run.ran_batch_calls ? 0 : steps_fitting_batch_time(run.ran, started);
         return 0; /* there may be more: look again at once */
     }
     pick_limit = 0;

@@ -42,7 +42,7 @@ int run_here(const char *what, text *queue_name, int32 limit, const DrainScope *
     PG_TRY();
     {
         SPI_connect();
-        ran = gd_execute_batch(queue, limit, nullptr, drain);
+        ran = gd_execute_batch(queue, limit, nullptr, drain).ran;
         SPI_finish();
     }
     PG_FINALLY();

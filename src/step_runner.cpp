@@ -516,7 +516,7 @@ bool run_together(Round &round)
 
 } // namespace
 
-int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const DrainScope *drain)
+BatchRun gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const DrainScope *drain)
 {
     MemoryContext batch_context = CurrentMemoryContext;
     gd_prepare_handler_calls();
@@ -553,6 +553,9 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     hold_for_batches(round, demand, drain);
     ran += admit_and_hand_over(round);
     form_units(round);
+    bool ran_batch_calls = false;
+    for (int u = 0; u < round.unit_count && !ran_batch_calls; u++)
+        ran_batch_calls = round.definitions[unit_start(round, u)].batch > 1;
     if (round.unit_count == 1 || (round.unit_count > 1 && last_batch_raised)) {
         run_each_isolated(round, 0, round.unit_count);
         last_batch_raised = false;
@@ -564,7 +567,7 @@ int gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const Drain
     AtEOXact_GUC(true, search_path_level);
     if (slot != nullptr)
         gd_note_round(slot, 0, 0);
-    return ran;
+    return BatchRun{ran, ran_batch_calls};
 }
 
 /*
