@@ -17,9 +17,9 @@
  *   }));
  */
 const { Client, connect } = require('./client');
-const { interval, isOutcome } = require('./outcomes');
+const { interval } = require('./outcomes');
 const { statements } = require('./sql');
-const { Worker, claimFrom, failedAttempt, notAnOutcome } = require('./worker');
+const { Worker, claimFrom, failedAttempt } = require('./worker');
 
 /** Run `body(t)` in a transaction on a connection of its own, rolled back when it ends; resolves to its result. */
 async function testTransaction(config, body, { apiSchema = null } = {}) {
@@ -64,34 +64,40 @@ class TestTransaction {
    * complete it.  Resolves to how many ran.
    */
   async runExternal(queue, handlers, { batch = 100 } = {}) {
-    const byStep = handlers instanceof Worker ? handlers.handlers : new Map(Object.entries(handlers));
-    const fsms = [...new Set([...byStep.keys()].map((k) => k.split('/')[0]))].sort();
+    const worker = handlers instanceof Worker ? handlers : new Worker(null, { handlers });
+    const fsms = [...new Set([...worker.handlers.keys()].map((k) => k.split('/')[0]))].sort();
     const sql = await statements(this.connection, this.apiSchema);
     const { rows } = await this.connection.query(sql.claim, [queue, 'test', batch, interval(60), fsms, null]);
-    let ran = 0;
+    const claims = [];
     for (const row of rows) {
       const claim = claimFrom(row, this.connection);
-      const handler = byStep.get(`${claim.fsm}/${claim.step}`);
-      if (!handler) {
-        await this.connection.query(sql.release, [claim.id, claim.token]);
-        continue;
+      if (worker.handlers.has(`${claim.fsm}/${claim.step}`)) claims.push(claim);
+      else await this.connection.query(sql.release, [claim.id, claim.token]);
+    }
+    let ran = 0;
+    for (const group of worker.groups(claims)) {
+      const outcomes = await this.call(worker, group);
+      for (const [i, claim] of group.entries()) {
+        await this.connection.query(sql.complete, [claim.id, claim.token, JSON.stringify(outcomes[i])]);
+        ran++;
       }
-      const outcome = await this.call(handler, claim);
-      await this.connection.query(sql.complete, [claim.id, claim.token, JSON.stringify(outcome)]);
-      ran++;
     }
     return ran;
   }
 
-  async call(handler, claim) {
+  /** The outcomes of a group (a batch handler's claims of one step, or one claim), as a worker gets them; the
+   *  writes of a handler that throws, or returns no outcomes, undone. */
+  async call(worker, group) {
     await this.connection.query('SAVEPOINT gd_test_step');
     try {
-      const outcome = await handler(claim.state, { ...claim.ctx, signal: new AbortController().signal });
-      await this.connection.query('RELEASE SAVEPOINT gd_test_step');
-      return isOutcome(outcome) ? outcome : notAnOutcome(outcome, 'test');
+      const contexts = group.map((c) => ({ ...c.ctx, signal: new AbortController().signal }));
+      const returned = await worker.callGroup(group, contexts);
+      const outcomes = Worker.outcomesOf(returned, group);
+      await this.connection.query(outcomes ? 'RELEASE SAVEPOINT gd_test_step' : 'ROLLBACK TO SAVEPOINT gd_test_step');
+      return outcomes ?? worker.notOutcomes(returned, group, 'test');
     } catch (e) {
       await this.connection.query('ROLLBACK TO SAVEPOINT gd_test_step');
-      return failedAttempt(e, 'test');
+      return group.map(() => failedAttempt(e, 'test'));
     }
   }
 }

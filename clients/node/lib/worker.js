@@ -307,41 +307,57 @@ class Worker {
    * not run yet go back.
    */
   async runAndComplete(client, batch) {
-    const claims = this.batchesTogether(batch);
+    const groups = this.groups(batch);
     const ran = [];
     const outcomes = [];
     let next = 0;
-    while (next < claims.length && !this.stopping) {
-      const claim = claims[next];
-      // A batch handler's claims of one step are next to each other (batchesTogether): one call for them.
-      const group = this.takesBatch(claim)
-        ? claims.slice(next).filter((c) => c.fsm === claim.fsm && c.step === claim.step) : [claim];
+    while (next < groups.length && !this.stopping) {
+      const group = groups[next];
       const step = stepConnection(client);
       const groupOutcomes = await this.traced(group, () => this.call(client, group, step));
       if (groupOutcomes === ABANDONED) break; // goes back with the rest
-      next += group.length;
+      next++;
       if (groupOutcomes === OVERRAN) continue;
       if (step.began()) await this.completeInStepTransaction(client, group, groupOutcomes);
       else { ran.push(...group); outcomes.push(...groupOutcomes); }
     }
     if (ran.length) this.noteLostLeases(ran, await this.complete(client, ran, outcomes));
-    await this.release(client, claims.slice(next), 'the worker is stopping');
+    await this.release(client, groups.slice(next).flat(), 'the worker is stopping');
   }
 
-  /** The claims in their order, but those of a step whose handler takes a batch each after the first of its
-   *  step: one call for them. */
-  batchesTogether(claims) {
-    const ordered = [];
-    const seen = new Set();
+  /** The claims as their handlers are called, in their order: each alone, but those of a step whose handler
+   *  takes a batch together, where the first of them is (one call for them). */
+  groups(claims) {
+    const grouped = [];
+    const batches = new Map();
     for (const claim of claims) {
       const key = `${claim.fsm}/${claim.step}`;
-      if (!this.takesBatch(claim)) ordered.push(claim);
-      else if (!seen.has(key)) {
-        seen.add(key);
-        ordered.push(...claims.filter((c) => `${c.fsm}/${c.step}` === key));
+      if (!this.takesBatch(claim)) grouped.push([claim]);
+      else if (batches.has(key)) batches.get(key).push(claim);
+      else {
+        batches.set(key, [claim]);
+        grouped.push(batches.get(key));
       }
     }
-    return ordered;
+    return grouped;
+  }
+
+  /** Call the handler of a group of claims of one step (one, or a batch handler's) with their contexts: what it
+   *  returned, as an array for one claim. */
+  async callGroup(group, contexts) {
+    const handler = this.handlerOf(group[0]);
+    return this.takesBatch(group[0])
+      ? handler(group.map((c) => c.state), contexts) : [await handler(group[0].state, contexts[0])];
+  }
+
+  /** callGroup's result when it is one outcome per claim; else null. */
+  static outcomesOf(returned, group) {
+    return Array.isArray(returned) && returned.length === group.length && returned.every(isOutcome) ? returned : null;
+  }
+
+  /** A failed attempt of each claim of a group whose handler returned something else than its outcomes. */
+  notOutcomes(returned, group, worker) {
+    return group.map(() => notAnOutcome(this.takesBatch(group[0]) ? returned : returned[0], worker));
   }
 
   /**
@@ -373,11 +389,8 @@ class Worker {
       if (left !== Infinity) timer = setTimeout(() => resolve(OVERRAN), left);
     });
     this.abandoners.add(cutShort); // resolved with ABANDONED at the drain's limit
-    const handler = this.handlerOf(first);
-    const batched = this.takesBatch(first);
     const contexts = group.map((c) => ({ ...c.ctx, signal: step.signal, connection: step.connection }));
-    const handling = Promise.resolve().then(async () => (batched
-      ? handler(group.map((c) => c.state), contexts) : [await handler(first.state, contexts[0])]));
+    const handling = Promise.resolve().then(() => this.callGroup(group, contexts));
     let outcomes;
     try {
       outcomes = await Promise.race([handling, ended]);
@@ -404,9 +417,9 @@ class Worker {
       this.log.warn(`${what} ${why}` + (outcomes === OVERRAN ? '; the engine retries it' : '; it is handed back'));
       return outcomes;
     }
-    if (Array.isArray(outcomes) && outcomes.length === group.length && outcomes.every(isOutcome)) return outcomes;
+    if (Worker.outcomesOf(outcomes, group)) return outcomes;
     await this.rollBack(client, step);
-    return group.map(() => notAnOutcome(batched ? outcomes : outcomes[0], this.name));
+    return this.notOutcomes(outcomes, group, this.name);
   }
 
   /** Run a group of claims (`run`: Worker.call) in a span per claim, each ending with what became of its claim;

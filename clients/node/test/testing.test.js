@@ -4,7 +4,7 @@
 // transaction, its clock moved a day, nothing left behind.
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
-const { nextStep, testTransaction } = require('..');
+const { Worker, nextStep, testTransaction } = require('..');
 const { DSN, scope } = require('./support');
 
 test('an order through every step in one transaction', async (t) => {
@@ -57,4 +57,38 @@ test('an order through every step in one transaction', async (t) => {
   });
   const { rows } = await s.db.query('SELECT count(*)::int AS n FROM gd.fsms WHERE name = $1', [fsm]);
   assert.equal(rows[0].n, 0, 'rolled back: the FSM, its instances and its table');
+});
+
+test('a batch handler runs once for its claims, as the worker calls it', async (t) => {
+  const s = await scope();
+  t.after(() => s.end());
+  const fsm = s.name('batched');
+  const calls = [];
+  const worker = new Worker(DSN);
+  worker.step(fsm, 'charge', async (states, ctxs) => {
+    calls.push(ctxs.length);
+    if (calls.length === 1) { // one outcome short: a failed attempt of each, its writes undone
+      await ctxs[0].connection.query(`INSERT INTO charges_${s.tag} VALUES ($1)`, [ctxs[0].id]);
+      return states.slice(1).map((state) => nextStep('ship', state));
+    }
+    return states.map((state) => nextStep('ship', { ...state, charged: true }));
+  }, { batch: true });
+  await testTransaction(DSN, async (tx) => {
+    await tx.connection.query(`CREATE FUNCTION public.batched_step_${s.tag}(state jsonb, ctx gd.context)
+      RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_next('charge') $$`);
+    const handler = `public.batched_step_${s.tag}(jsonb, gd.context)`;
+    await tx.connection.query("SELECT gd_define_fsm($1, 'reserve', $2, steps => $3)", [fsm, s.queue, JSON.stringify({
+      reserve: { handler }, charge: { backoff: '10 minutes' }, ship: { handler } })]);
+    await tx.connection.query(`CREATE TABLE charges_${s.tag} (instance bigint)`);
+    const orders = [];
+    for (const n of [1, 2, 3]) orders.push(await tx.client.insert(fsm, { n }));
+    assert.equal(await tx.drain(s.queue), 3); // reserve
+    assert.equal(await tx.runExternal(s.queue, worker), 3); // one call, one outcome short
+    const { rows } = await tx.connection.query(`SELECT count(*)::int AS n FROM charges_${s.tag}`);
+    assert.equal(rows[0].n, 0, "the failed call's writes are undone");
+    await tx.advance({ minutes: 11 });
+    assert.equal(await tx.runExternal(s.queue, worker), 3); // one call, an outcome each
+    assert.deepEqual(calls, [3, 3]);
+    for (const id of orders) assert.equal((await tx.client.get(id)).step, 'ship');
+  });
 });

@@ -277,6 +277,37 @@ class Handlers:
         """The claim's handler (split keeps the claims that have one)."""
         return self._by_step[(claim.fsm, claim.step)]
 
+    def groups(self, claims: List[Claim]) -> List[List[Claim]]:
+        """The claims as their handlers are called, in their order: each alone, but those of a step whose
+        handler takes a batch together, where the first of them is (one call for them)."""
+        grouped: List[List[Claim]] = []
+        batches: Dict[Tuple[str, str], List[Claim]] = {}
+        for claim in claims:
+            key = (claim.fsm, claim.step)
+            if not self.batched(claim):
+                grouped.append([claim])
+            elif key in batches:
+                batches[key].append(claim)
+            else:
+                batches[key] = [claim]
+                grouped.append(batches[key])
+        return grouped
+
+    def call(self, group: List[Claim]) -> Any:
+        """Call the handler of a group of claims of one step (one, or a batch handler's): what it returned, as
+        a list for one claim."""
+        handler: Any = self.find(group[0])
+        if self.batched(group[0]):
+            return handler([c.state for c in group], [c.context for c in group])
+        return [handler(group[0].state, group[0].context)]
+
+    def checked(self, returned: Any, group: List[Claim], worker: str) -> Tuple[List[Outcome], bool]:
+        """call's result and True when it is one outcome per claim; else a failed attempt of each, and False."""
+        if isinstance(returned, (list, tuple)) and len(returned) == len(group) \
+                and all(isinstance(o, Outcome) for o in returned):
+            return list(returned), True
+        return [not_an_outcome(returned if self.batched(group[0]) else returned[0], worker)] * len(group), False
+
     def handles(self, claim: Claim) -> bool:
         return (claim.fsm, claim.step) in self._by_step
 

@@ -72,29 +72,38 @@ class TestTransaction:
 
     def run_external(self, queue: str, handlers: Handlers, batch: int = 100) -> int:
         """Claim the external steps of `queue` due by the test's clock, of the FSMs `handlers` has handlers for
-        (a mapping {(fsm, step): handler}, or a Worker), run each handler as a worker would (its writes
-        through ctx.connection in the test's transaction; one that raises is a failed attempt, its writes
-        undone) and complete it.  Returns how many ran."""
+        (a mapping {(fsm, step): handler}, or a Worker, whose batch handlers are called once for their
+        step's claims), run each handler as a worker would (its writes through ctx.connection in the test's
+        transaction; one that raises is a failed attempt, its writes undone) and complete it.  Returns how
+        many ran."""
         known = handlers.handlers if isinstance(handlers, _core.WorkerSettings) else _core.Handlers(handlers)
         sql = self.client._sql()
         rows = self.connection.execute(sql.claim, [queue, "test", batch, interval(60), known.fsms(), None]).fetchall()
-        claims = _core.claims_from(rows, self.connection)
-        ran: List[bool] = []
-        for claim in claims:
-            outcome = self._call(known, claim) if known.handles(claim) else None
-            if outcome is None:
+        claims = []
+        for claim in _core.claims_from(rows, self.connection):
+            if known.handles(claim):
+                claims.append(claim)
+            else:
                 self.connection.execute(sql.release, [claim.id, claim.token])
-                continue
-            ran.append(_core.only_row(self.connection.execute(sql.complete, [claim.id, claim.token,
-                                                                             _core.jsonb(outcome)]).fetchone())[0])
-        return len(ran)
+        ran = 0
+        for group in known.groups(claims):
+            for claim, outcome in zip(group, self._call(known, group)):
+                _core.only_row(self.connection.execute(sql.complete, [claim.id, claim.token,
+                                                                      _core.jsonb(outcome)]).fetchone())
+                ran += 1
+        return ran
 
-    def _call(self, known: _core.Handlers, claim: _core.Claim) -> Outcome:
-        claim.context.connection = self.connection
+    def _call(self, known: _core.Handlers, group: List[_core.Claim]) -> List[Outcome]:
+        """The group's outcomes (a batch handler's claims of one step, or one claim), as a worker gets them;
+        the writes of a handler that raises, or returns no outcome, undone."""
+        for claim in group:
+            claim.context.connection = self.connection
         try:
-            with self.connection.transaction():   # a savepoint: a raising handler's writes are undone
-                outcome: Any = known.find(claim)(claim.state, claim.context)
+            with self.connection.transaction():   # a savepoint: a failed call's writes are undone
+                outcomes, valid = known.checked(known.call(group), group, "test")
+                if not valid:
+                    raise psycopg.Rollback()
         except Exception as e:
-            log.info("instance %s step %s raised %r", claim.id, claim.step, e)
-            return _core.failed_attempt(e, "test")
-        return outcome if isinstance(outcome, Outcome) else _core.not_an_outcome(outcome, "test")
+            log.info("instances %s step %s raised %r", [c.id for c in group], group[0].step, e)
+            return [_core.failed_attempt(e, "test")] * len(group)
+        return outcomes

@@ -201,19 +201,16 @@ class Worker(_core.WorkerSettings):
         """Run the batch's handlers one after another, outside any transaction.  A step whose handler began
         its transaction is completed in it at once; the others together at the end, in one statement.
         Draining: the claims not run yet go back."""
-        claims = self._batches_together(claims)
+        groups = self.handlers.groups(claims)
         ran, outcomes = [], []
         next_ = 0
-        while next_ < len(claims) and not self._stopping.is_set():
-            claim = claims[next_]
-            # A batch handler's claims of one step are next to each other (_batches_together): one call for them.
-            group = ([c for c in claims[next_:] if (c.fsm, c.step) == (claim.fsm, claim.step)]
-                     if self.handlers.batched(claim) else [claim])
+        while next_ < len(groups) and not self._stopping.is_set():
+            group = groups[next_]
             step_connection = _core.StepConnection(connection)
             group_outcomes = self._call(connection, group, step_connection)
             if group_outcomes == _core.ABANDONED:
                 break   # goes back with the rest
-            next_ += len(group)
+            next_ += 1
             if group_outcomes == _core.OVERRAN:
                 continue
             if step_connection.began:
@@ -223,20 +220,7 @@ class Worker(_core.WorkerSettings):
                 outcomes.extend(group_outcomes)
         if ran:
             _core.note_lost_leases(ran, self._complete(connection, ran, outcomes), self.name)
-        self._release(connection, claims[next_:], "the worker is stopping")
-
-    def _batches_together(self, claims: List[Claim]) -> List[Claim]:
-        """The claims in their order, but those of a step whose handler takes a batch each after the first of
-        its step: one call for them."""
-        ordered, seen = [], set()
-        for claim in claims:
-            key = (claim.fsm, claim.step)
-            if not self.handlers.batched(claim):
-                ordered.append(claim)
-            elif key not in seen:
-                seen.add(key)
-                ordered.extend(c for c in claims if (c.fsm, c.step) == key)
-        return ordered
+        self._release(connection, [c for group in groups[next_:] for c in group], "the worker is stopping")
 
     def _call(self, connection: psycopg.Connection, group: List[Claim], step_connection: _core.StepConnection):
         """Run the handler of a group of claims of one step — one claim, or the claims of a step whose handler
@@ -254,10 +238,7 @@ class Worker(_core.WorkerSettings):
             return _core.OVERRAN
         for claim in group:
             claim.context.connection = step_connection
-        handler: Any = self.handlers.find(first)
-        batched = self.handlers.batched(first)   # (states, ctxs) -> outcomes; else (state, ctx) -> outcome
-        call = _HandlerCall((lambda: handler([c.state for c in group], [c.context for c in group])) if batched
-                            else (lambda: [handler(first.state, first.context)]), first)
+        call = _HandlerCall(lambda: self.handlers.call(group), first)
         ended = self._wait_for(call, first)
         if ended is not None:
             step_connection.end()
@@ -266,16 +247,15 @@ class Worker(_core.WorkerSettings):
                 _core.ended_early(claim, ended, self.name)
             return ended
         try:
-            outcomes = call.result()
+            returned = call.result()
         except Exception as e:
             self._roll_back(connection, step_connection)
             log.info("instances %s step %s raised %r", [c.id for c in group], first.step, e)
             return [_core.failed_attempt(e, self.name)] * len(group)
-        if not isinstance(outcomes, (list, tuple)) or len(outcomes) != len(group) \
-                or not all(isinstance(o, Outcome) for o in outcomes):
+        outcomes, valid = self.handlers.checked(returned, group, self.name)
+        if not valid:
             self._roll_back(connection, step_connection)
-            return [_core.not_an_outcome(outcomes if batched else outcomes[0], self.name)] * len(group)
-        return list(outcomes)
+        return outcomes
 
     @staticmethod
     def _roll_back(connection: psycopg.Connection, step_connection: _core.StepConnection):

@@ -6,7 +6,7 @@ import unittest
 
 from psycopg.types.json import Jsonb
 
-from gen_durable import next_step
+from gen_durable import Worker, next_step
 from gen_durable.testing import TestTransaction
 from support import DSN, ServerTest
 
@@ -64,6 +64,31 @@ class TestingTest(ServerTest):
             self.assertEqual(charged, 2)
         left = self.db.execute("SELECT count(*) FROM gd.fsms WHERE name = %s", [self.fsm]).fetchone()[0]
         self.assertEqual(left, 0, "rolled back: the FSM, its instances and its table")
+
+    def test_a_batch_handler_runs_once_for_its_claims(self):
+        worker = Worker(DSN)
+        calls = []
+
+        @worker.step(self.fsm, "charge", batch=True)
+        def charge_all(states, ctxs):
+            calls.append(len(ctxs))
+            if len(calls) == 1:   # the first call: one outcome short, a failed attempt of each
+                ctxs[0].connection.execute(f"INSERT INTO charges_{self.tag} VALUES (%s, %s)", [ctxs[0].id, None])
+                return [next_step("ship", s) for s in states[1:]]
+            return [next_step("ship", {**s, "charged": True}) for s in states]
+
+        with TestTransaction(DSN) as t:
+            self.define_order(t)
+            orders = [t.client.insert(self.fsm, {"n": n}) for n in range(3)]
+            self.assertEqual(t.drain(self.queue), 3)                      # reserve
+            self.assertEqual(t.run_external(self.queue, worker), 3)       # one call, one outcome short
+            charged = t.connection.execute(f"SELECT count(*) FROM charges_{self.tag}").fetchone()[0]
+            self.assertEqual(charged, 0, "the failed call's writes are undone")
+            t.advance(minutes=11)
+            self.assertEqual(t.run_external(self.queue, worker), 3)       # one call, an outcome each
+            self.assertEqual(calls, [3, 3])
+            self.assertEqual({t.client.get(i).step for i in orders}, {"ship"})
+            self.assertEqual({t.client.get(i).attempt for i in orders}, {1})
 
 
 if __name__ == "__main__":
