@@ -450,8 +450,9 @@ is(superuser(q{
 	 WHERE p.pronamespace = 'public'::regnamespace AND p.proname LIKE 'gd\_%'
 	   AND has_function_privilege('public', p.oid, 'EXECUTE')}),
 	'gd_accept_grant, gd_await, gd_cancel, gd_claim, gd_complete, gd_complete_all, gd_cron_ticks, gd_define_fsm, gd_define_step, gd_done, '
-	  . 'gd_drain, gd_grant, gd_heartbeat, gd_history, gd_insert, gd_insert_all, gd_next, gd_outcome, gd_pause_schedule, gd_release, '
-	  . 'gd_resume_schedule, gd_retry, gd_revoke, gd_schedule, gd_signal, gd_spawn, gd_stop, gd_unschedule, gd_wait_signal',
+	  . 'gd_drain, gd_fork, gd_grant, gd_heartbeat, gd_history, gd_insert, gd_insert_all, gd_migrate, gd_next, gd_outcome, '
+	  . 'gd_pause_schedule, gd_release, gd_resume_schedule, gd_retry, gd_revoke, gd_rewind, gd_schedule, gd_signal, gd_spawn, gd_stop, '
+	  . 'gd_unschedule, gd_wait_signal',
 	'PUBLIC executes the documented API, not its administration');
 is(sqlstate_as('bob', q{SELECT gd._count('step_done', 1000000000000)}), '42501', 'bob cannot count events');
 is(sqlstate_as('bob', q{SELECT gd._await_publish(1)}), '42501', 'nor publish an await');
@@ -592,6 +593,9 @@ $padding});
 	$t0 = time();
 	is((as_role('bob', "SELECT status FROM gd_await($slow, '4s')"))[0], 'not_found', 'bob awaiting it: not_found');
 	is((as_role('bob', "SELECT gd_cancel($slow), gd_retry($slow)"))[0], 'f|f', 'bob can neither cancel nor retry it');
+	is((as_role('bob', "SELECT gd_rewind($slow, 'x')"))[0], 'f', 'nor rewind it');
+	is(sqlstate_as('bob', "SELECT gd_fork($slow, 1)"), 'P0002', 'nor fork it: not found');
+	is(sqlstate_as('bob', "SELECT gd_migrate('aslow', 1, 2)"), '42704', 'nor migrate its FSM: unknown');
 	ok(time() - $t0 < 3, 'at once');
 	is(wait_ended($slow), 'done', 'alice\'s step finished untouched');
 }
