@@ -45,7 +45,8 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- How many instances hold the key: of key_owner, or of every owner when shared.
--- Planned for instances_key_holders whatever the statistics say (as the
+-- (The live statuses, a constant, let the planner match instances_key_holders'
+-- predicate whatever the scope.)  Planned for that index whatever the statistics say (as the
 -- engine's kept plans are, src/kept_plans.cpp): an insert's session plans
 -- it once, perhaps while the table looks empty, and keeps the plan while a
 -- bulk insert fills the table.
@@ -54,12 +55,12 @@ LANGUAGE plpgsql STABLE SET enable_seqscan = off AS $$
 BEGIN
     IF policy.shared THEN
         RETURN (SELECT count(*) FROM gd._instances i
-                 WHERE i.concurrency_key = key AND NOT i.gated
+                 WHERE i.concurrency_key = key AND NOT i.gated AND i.status = ANY (gd._live_statuses())
                    AND i.status = ANY (gd._holding_statuses(policy.scope)));
     END IF;
     RETURN (SELECT count(*) FROM gd._instances i
              WHERE i.concurrency_key = key AND i.owner = key_owner AND NOT i.gated
-               AND i.status = ANY (gd._holding_statuses(policy.scope)));
+               AND i.status = ANY (gd._live_statuses()) AND i.status = ANY (gd._holding_statuses(policy.scope)));
 END $$;
 
 -- Serialise admission and release under one key, in one owner's key space
