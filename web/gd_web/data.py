@@ -214,7 +214,9 @@ def choices(conn) -> Dict[str, List[str]]:
 
 
 def instance(conn, instance_id: int) -> Optional[Dict[str, Any]]:
-    found = rows(conn, "SELECT * FROM gd.instances WHERE id OPERATOR(pg_catalog.=) %s", [instance_id])
+    """The instance, and whether this role may repair it (rewind, fork, migrate: a member of its owner)."""
+    found = rows(conn, "SELECT i.*, pg_catalog.pg_has_role(i.owner, 'MEMBER') AS may_repair"
+                       "  FROM gd.instances i WHERE i.id OPERATOR(pg_catalog.=) %s", [instance_id])
     return found[0] if found else None
 
 

@@ -273,6 +273,10 @@ class AsStranger(AsRole):
         self.until(lambda: self.status(order) == "awaiting_signal", message="the wait")
         self.db.execute("SELECT gd_grant('web_order', 'web_stranger')")
         self.addCleanup(self.db.execute, "SELECT gd_revoke('web_order', 'web_stranger')")
+        page = self.client.get(f"/instances/{order}").text
+        for offered in ("Rewind…", "Fork from here…", "Migrate live instances…"):
+            self.assertNotIn(offered, page, "no repair is offered to a role that may not make it")
+        self.assertIn("Cancel…", page)
         confirm = self.client.get("/confirm/rewind", params={"target": str(order)})
         self.assertIn("Only the FSM's owner may rewind its instances", confirm.text)
         for action, form in (("rewind", {"step": "ship"}), ("fork", {"entry": "1"})):
