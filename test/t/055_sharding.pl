@@ -132,6 +132,15 @@ is(routed("SELECT gd_signal(${second}::bigint, 'paid')"), 't', 'signal by id');
 is(routed("SELECT string_agg(status, ',') FROM unnest(ARRAY[$first, $second]) id, gd_await(id, '10s', 'terminal')"),
 	'done,done', 'both done');
 
+# A repair and the step history through the router, on the id's partition.
+my $stuck = routed(q{SELECT gd_insert('order', '{"wait": true}', correlation_key => 'stuck')});
+ok($router->poll_query_until('postgres', "SELECT status = 'awaiting' FROM gd_await($stuck, '1s')"), 'an order waits');
+is(routed("SELECT gd_rewind($stuck, 'pack')"), 't', 'gd_rewind through the router');
+ok($router->poll_query_until('postgres', "SELECT status = 'awaiting' FROM gd_await($stuck, '1s')"),
+	'it ran its step again, and waits again');
+is(routed("SELECT string_agg(step || ':' || kind || ':' || (detail->>'from_status'), ',' ORDER BY entry) FROM gd_history($stuck)"),
+	'pack:rewind:awaiting_signal', 'gd_history through the router: the rewind, recorded on the id\'s partition');
+
 # Children stay on their parent's partition.
 my $parent = routed(q{SELECT gd_insert('order', '{"children": true}', correlation_key => 'family')});
 is(routed("SELECT status FROM gd_await($parent, '10s', 'terminal')"), 'done', 'the parent ended after its children')

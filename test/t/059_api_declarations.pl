@@ -60,7 +60,6 @@ my %NOT_ROUTED = (
 	'gd_complete'         => 'external workers connect to the partitions',
 	'gd_complete_all'     => 'external workers connect to the partitions',
 	'gd_drain'            => 'runs the steps of the database it is called in: a partition\'s (testing)',
-	'gd_history'          => 'reads the step history of the database it is called in: call it on the id\'s partition',
 	'gd.event_key'        => 'each partition\'s event stream has its own key',
 	'gd.refuse_handler_drop' => 'an event trigger\'s function, not a call',
 	'gd.read_workers'     => 'the gd views of one database; the router has gd_router.queue_stats',
