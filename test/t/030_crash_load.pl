@@ -73,39 +73,9 @@ sub committed { return $node->safe_psql('postgres', 'SELECT count(*) FROM ledger
 
 sub log_size { return -s $node->logfile; }
 
-sub set_gate
-{
-	my ($open) = @_;
-	$node->safe_psql('postgres', "UPDATE gate SET open = $open");
-}
-
-# Every executor is inside a step, spinning at the closed gate.
-sub all_held
-{
-	my ($label) = @_;
-	return ok( $node->poll_query_until('postgres', q{
-SELECT count(*) FROM gd.workers w JOIN pg_stat_activity a USING (pid)
- WHERE w.kind = 'executor' AND w.instance_id IS NOT NULL AND a.wait_event = 'PgSleep'}, '3'),
-		"$label: the 3 executors are inside steps, held at the gate");
-}
-
-# Open the gate in short pulses until at least $rows ledger rows are
-# committed; it is closed again on return.
-sub run_until
-{
-	my ($rows) = @_;
-	my $deadline = time() + 30;
-	my $count = 0;
-	while (time() < $deadline)
-	{
-		set_gate('true');
-		usleep(100_000);
-		set_gate('false');
-		$count = committed();
-		last if $count >= $rows;
-	}
-	return $count;
-}
+sub set_gate { GdTest::gate_set($node, $_[0]) }
+sub all_held { GdTest::gate_all_held($node, 3, 'steps', $_[0]) }
+sub run_until { GdTest::gate_run_until($node, $_[0], 100_000) }
 
 my $t_start = time();
 $node->safe_psql('postgres', "SELECT count(gd_insert('three')) FROM generate_series(1, $n)");

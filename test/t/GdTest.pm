@@ -149,4 +149,41 @@ sub poll_through_restart
 	return 0;
 }
 
+# A gate the crash tests' handlers wait at (a table gate(open boolean) their
+# handler polls with pg_sleep while it is closed), and their ledger (a table
+# ledger: a row per step run).
+sub gate_set
+{
+	my ($node, $open) = @_;
+	$node->safe_psql('postgres', "UPDATE gate SET open = $open");
+}
+
+# ok() once $executors executors sleep inside steps ($what: "steps", "batch calls") at the closed gate.
+sub gate_all_held
+{
+	my ($node, $executors, $what, $label) = @_;
+	return ok( $node->poll_query_until('postgres', q{
+SELECT count(*) FROM gd.workers w JOIN pg_stat_activity a USING (pid)
+ WHERE w.kind = 'executor' AND w.instance_id IS NOT NULL AND a.wait_event = 'PgSleep'}, $executors),
+		"$label: the $executors executors are inside $what, held at the gate");
+}
+
+# Open the gate in pulses of $pulse_us until at least $rows ledger rows are
+# committed (within 30 s); it is closed again on return.  The rows committed.
+sub gate_run_until
+{
+	my ($node, $rows, $pulse_us) = @_;
+	my $deadline = time() + 30;
+	my $count = 0;
+	while (time() < $deadline)
+	{
+		gate_set($node, 'true');
+		usleep($pulse_us);
+		gate_set($node, 'false');
+		$count = $node->safe_psql('postgres', 'SELECT count(*) FROM ledger');
+		last if $count >= $rows;
+	}
+	return $count;
+}
+
 1;
