@@ -67,7 +67,9 @@ SET search_path = pg_catalog, pg_temp AS $$
         'grants', coalesce((SELECT jsonb_agg(jsonb_build_object('fsm', g.fsm, 'role', g.role::text,
                                                                 'accepted', g.accepted)) FROM gd.grants g), '[]'),
         'rate_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.rate_limits l), '[]'),
-        'concurrency_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.concurrency_limits l), '[]'))
+        'concurrency_limits', coalesce((SELECT jsonb_agg(to_jsonb(l)) FROM gd.concurrency_limits l), '[]'),
+        'owner_weights', coalesce((SELECT jsonb_agg(jsonb_build_object('owner', w.owner::text, 'weight', w.weight))
+                                     FROM gd.owner_weights w), '[]'))
 $$;
 -- Each FSM is defined as its owner.  Each grant is made as the FSM's owner
 -- makes it (so not accepted, unless to one of the owner's own roles), then
@@ -95,6 +97,9 @@ BEGIN
     FOR item IN SELECT jsonb_array_elements(definitions->'concurrency_limits') LOOP
         PERFORM gd_set_concurrency_limit(item->>'name', (item->>'max')::int, (item->>'shared')::boolean,
                                          coalesce(item->>'scope', 'step'));
+    END LOOP;
+    FOR item IN SELECT jsonb_array_elements(coalesce(definitions->'owner_weights', '[]')) LOOP
+        PERFORM gd_set_owner_weight((item->>'owner')::regrole, (item->>'weight')::int);
     END LOOP;
     FOR item IN SELECT jsonb_array_elements(definitions->'grants') LOOP
         EXECUTE format('SET LOCAL ROLE %s', (SELECT f.owner FROM gd.fsms f WHERE f.name = item->>'fsm' LIMIT 1));

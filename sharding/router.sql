@@ -87,6 +87,11 @@ DROP FUNCTION IF EXISTS gd_router.define_step_all(text, text, text, int, interva
                                                   boolean);
 SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_step(text, text, text, int, interval, interval, interval, '
                          'int, text, text, boolean)', :'api_schema') \gexec
+-- (gd_insert and its PL/Proxy function before fairness_key.)
+DROP FUNCTION IF EXISTS gd_router.insert(text, jsonb, text, text, int, text, text, text[], text, int, timestamptz,
+                                         interval, text, text, interval, interval, text);
+SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_insert(text, jsonb, text, text, int, text, text, text[], text, '
+                         'int, timestamptz, interval, text, text, interval, interval, text)', :'api_schema') \gexec
 
 -- ------------------------------------------------------- the PL/Proxy functions
 -- Each runs `query` on the partitions `run_on` names (RUN ON), @api@ in it
@@ -102,11 +107,12 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
     -- One partition, by key or id.
     ($$insert(fsm text, state jsonb, step text, queue text, priority int, concurrency_key text, correlation_key text,
               correlation_scope text[], rate_limit text, weight int, eligible_at timestamptz, schedule_in interval,
-              on_duplicate text, trace_context text, debounce interval, throttle interval, on_throttle text)$$,
+              on_duplicate text, trace_context text, debounce interval, throttle interval, on_throttle text,
+              fairness_key text)$$,
      'bigint', 'gd_router.partition_for(coalesce(correlation_key, concurrency_key, rate_limit))',
      $$SELECT @api@.gd_insert(fsm, state, step, queue, priority, concurrency_key, correlation_key, correlation_scope,
                               rate_limit, weight, eligible_at, schedule_in, on_duplicate, trace_context, debounce,
-                              throttle, on_throttle)$$),
+                              throttle, on_throttle, fairness_key)$$),
     ('insert_all_on(partition int, fsm text, entries jsonb)', 'SETOF bigint', 'partition',
      'SELECT @api@.gd_insert_all(fsm, entries)'),
     ('signal(target bigint, name text, payload jsonb, dedup_key text, missing_ok boolean, expires interval)', 'boolean',
@@ -166,6 +172,8 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
     -- Each partition migrates its instances in its own transaction.
     ('migrate_all(fsm text, from_version int, to_version int, step_map jsonb)', 'SETOF int', 'ALL',
      'SELECT @api@.gd_migrate(fsm, from_version, to_version, step_map)'),
+    ('set_owner_weight_all(owner text, weight int)', 'SETOF int', 'ALL',
+     'SELECT 1 FROM @api@.gd_set_owner_weight(CAST(owner AS pg_catalog.regrole), weight)'),
     ('set_concurrency_limit_all(name text, max int, shared boolean, scope text)', 'SETOF int', 'ALL',
      'SELECT 1 FROM @api@.gd_set_concurrency_limit(name, max, shared, scope)'),
     ('drop_limit_all(name text, rate boolean)', 'SETOF boolean', 'ALL',
@@ -254,10 +262,10 @@ SELECT pg_catalog.format($function$
                  eligible_at timestamptz DEFAULT NULL, schedule_in interval DEFAULT NULL,
                  on_duplicate text DEFAULT 'error', trace_context text DEFAULT NULL,
                  debounce interval DEFAULT NULL, throttle interval DEFAULT NULL,
-                 on_throttle text DEFAULT 'drop')$$, 'bigint',
+                 on_throttle text DEFAULT 'drop', fairness_key text DEFAULT NULL)$$, 'bigint',
      $$RETURN gd_router.insert(fsm, state, step, queue, priority, concurrency_key, correlation_key,
                                correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate,
-                               trace_context, debounce, throttle, on_throttle)$$),
+                               trace_context, debounce, throttle, on_throttle, fairness_key)$$),
     ('gd_insert_all(fsm text, entries jsonb)', 'SETOF bigint',
      'RETURN QUERY SELECT gd_router.insert_all(fsm, entries)'),
     ($$gd_signal(target bigint, name text, payload jsonb DEFAULT '{}', dedup_key text DEFAULT NULL,
@@ -306,6 +314,7 @@ SELECT pg_catalog.format($function$
      'void', 'PERFORM gd_router.set_rate_limit_all(name, rate, per, burst, shared)'),
     ($$gd_set_concurrency_limit(name text, max int, shared boolean DEFAULT false, scope text DEFAULT 'step')$$, 'void',
      'PERFORM gd_router.set_concurrency_limit_all(name, max, shared, scope)'),
+    ('gd_set_owner_weight(owner text, weight int)', 'void', 'PERFORM gd_router.set_owner_weight_all(owner, weight)'),
     ('gd_drop_rate_limit(name text)', 'boolean',
      'RETURN (SELECT pg_catalog.bool_or(dropped) FROM gd_router.drop_limit_all(name, true) dropped)'),
     ('gd_drop_concurrency_limit(name text)', 'boolean',

@@ -218,7 +218,8 @@ void complete_claim(TransitionBatch &completions, const ClaimedRow &claimed, Hea
     gd_prepare_transition(row.id, t);
     gd_write_transition_batched(completions, row.id, t);
     if (t.to.status == Status::runnable && !t.to.external && !t.to.moved) { /* an in-database step is next (a moved one is woken as written) */
-        PickKey key{row.priority, t.to.eligible_at, row.id};
+        PickKey key = gd_pick_key(row);
+        key.eligible_at = t.to.eligible_at;
         gd_wake_queue_at_commit(row.queue, &key);
     }
 }

@@ -7,7 +7,8 @@
  * transaction left open for minutes keeps all of them, and a pick that
  * started from the front of the index would visit every one, its cost
  * growing with the work done since.  So each queue has a frontier in shared
- * memory: per priority, a key before which no unclaimed runnable row lies.
+ * memory: per lane (priority, owner, fairness lane), a key before which no
+ * unclaimed runnable row lies.
  * Picks start at the marks and raise them past the rows they lock; whatever
  * makes a row runnable announces its key at commit (the wake-up of
  * wakeup.cpp, the external-work trigger of notify.cpp), lowering the mark;
@@ -18,7 +19,7 @@
  * not see.
  *
  * A scan from the front remains: when a queue has no frontier yet, when an
- * announcement had no key, when more priorities are in use than the frontier
+ * announcement had no key, when more lanes are in use than the frontier
  * tracks, and every second or so for what nothing announces (a row changed
  * by hand, a row locked by a session that let go without a change, a
  * prepared transaction committed later) — less often when a scan from the
@@ -91,27 +92,37 @@ QueueFrontier *find_or_make(Oid database, const char *queue, bool external, uint
     return found;
 }
 
-int mark_of(const QueueFrontier &f, int32 priority)
+int mark_of(const QueueFrontier &f, const PickKey &key)
 {
     for (int i = 0; i < f.count; i++)
-        if (f.marks[i].priority == priority)
+        if (gd_same_lane(f.marks[i], key))
             return i;
     return -1;
 }
 
-/* Lower the priority's mark to key, adding the priority (in order) if it has none; false if no room. */
+/* Whether lane a comes before lane b in the index. */
+bool lane_less(const PickKey &a, const PickKey &b)
+{
+    if (a.priority != b.priority)
+        return a.priority < b.priority;
+    if (a.owner != b.owner)
+        return a.owner < b.owner;
+    return a.fairness_lane < b.fairness_lane;
+}
+
+/* Lower the key's lane's mark to key, adding the lane (in order) if it has none; false if no room. */
 bool lower(QueueFrontier &f, const PickKey &key)
 {
-    int at = mark_of(f, key.priority);
+    int at = mark_of(f, key);
     if (at >= 0) {
         if (gd_key_less(key, f.marks[at]))
             f.marks[at] = key;
         return true;
     }
-    if (f.count == GD_FRONTIER_PRIORITIES)
+    if (f.count == GD_FRONTIER_LANES)
         return false;
     int pos = f.count;
-    while (pos > 0 && f.marks[pos - 1].priority > key.priority) {
+    while (pos > 0 && lane_less(key, f.marks[pos - 1])) {
         f.marks[pos] = f.marks[pos - 1];
         pos--;
     }
@@ -133,7 +144,7 @@ struct PendingAnnouncement {
     bool external;
     bool anywhere; /* a row at an unknown key */
     bool also_on_abort;
-    PickKey key;   /* the lowest announced of its priority */
+    PickKey key;   /* the lowest announced of its lane */
 };
 
 /* Backend-local, cleared at the end of every transaction. */
@@ -141,10 +152,15 @@ boost::container::small_vector<PendingAnnouncement, 4> pending;
 
 } // namespace
 
+bool gd_same_lane(const PickKey &a, const PickKey &b)
+{
+    return a.priority == b.priority && a.owner == b.owner && a.fairness_lane == b.fairness_lane;
+}
+
 bool gd_key_less(const PickKey &a, const PickKey &b)
 {
-    if (a.priority != b.priority)
-        return a.priority < b.priority;
+    if (!gd_same_lane(a, b))
+        return lane_less(a, b);
     if (a.eligible_at != b.eligible_at)
         return a.eligible_at < b.eligible_at;
     return a.id < b.id;
@@ -163,7 +179,7 @@ FrontierView gd_frontier_view(const char *queue, bool external, uint32 scope)
     FrontierView view{};
     view.entry = find_or_make(MyDatabaseId, queue, external, scope);
     view.from_front = true;
-    view.marks = static_cast<PickKey *>(palloc(sizeof(PickKey) * GD_FRONTIER_PRIORITIES));
+    view.marks = static_cast<PickKey *>(palloc(sizeof(PickKey) * GD_FRONTIER_LANES));
     if (view.entry == nullptr)
         return view;
     TimestampTz now = GetCurrentTimestamp();
@@ -188,10 +204,10 @@ void gd_frontier_found(const FrontierView &view, const PickKey *firsts, int coun
     Lock lock(view.entry);
     QueueFrontier &f = *view.entry;
     f.scan_us = now - scan_started;
-    PickKey current[GD_FRONTIER_PRIORITIES];
+    PickKey current[GD_FRONTIER_LANES];
     int current_count = f.count;
     memcpy(current, f.marks, sizeof(PickKey) * f.count);
-    bool exact = ring_covers(f, view) && count <= GD_FRONTIER_PRIORITIES;
+    bool exact = ring_covers(f, view) && count <= GD_FRONTIER_LANES;
     f.count = 0;
     bool fits = true;
     for (int i = 0; i < count && fits; i++)
@@ -218,13 +234,13 @@ void gd_frontier_passed(const FrontierView &view, const PickKey *last, int count
     if (!ring_covers(f, view))
         return; /* it may have missed more than the ring holds: leave the marks where they are */
     for (int i = 0; i < count; i++) {
-        int at = mark_of(f, last[i].priority);
+        int at = mark_of(f, last[i]);
         if (at < 0)
             continue;
         PickKey bound = last[i];
         for (uint64 a = view.announced; a < f.announced; a++) {
             const PickKey &announced = f.ring[a % GD_FRONTIER_RING];
-            if (announced.priority == bound.priority && gd_key_less(announced, bound))
+            if (gd_same_lane(announced, bound) && gd_key_less(announced, bound))
                 bound = announced;
         }
         if (gd_key_less(f.marks[at], bound))
@@ -254,10 +270,10 @@ void gd_frontier_announce(Oid database, const char *queue, bool external, const 
 
 void gd_frontier_announce_at_end(const char *queue, bool external, const PickKey *key, bool also_on_abort)
 {
-    /* One entry per queue and priority (a key lowers its own priority's mark only), and one for "anywhere". */
+    /* One entry per queue and lane (a key lowers its own lane's mark only), and one for "anywhere". */
     for (PendingAnnouncement &p : pending)
         if (p.external == external && p.anywhere == (key == nullptr) && strcmp(p.queue, queue) == 0 &&
-            (key == nullptr || p.key.priority == key->priority)) {
+            (key == nullptr || gd_same_lane(p.key, *key))) {
             if (key != nullptr && gd_key_less(*key, p.key))
                 p.key = *key;
             p.also_on_abort = p.also_on_abort || also_on_abort;

@@ -10,21 +10,28 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-/* A row's place in the pick and claim indexes (after the queue). */
+/*
+ * A row's place in the pick and claim indexes (after the queue).  Its lane
+ * is (priority, owner, fairness_lane): a pick shares its batch between the
+ * lanes of a priority (picker.cpp), and takes each lane's rows in order.
+ */
 struct PickKey {
     int32 priority;
+    Oid owner;
+    int32 fairness_lane;
     TimestampTz eligible_at;
     int64 id;
 };
 
 bool gd_key_less(const PickKey &a, const PickKey &b);
+bool gd_same_lane(const PickKey &a, const PickKey &b);
 
-constexpr int GD_FRONTIER_PRIORITIES = 8; /* priorities a queue's frontier tracks before it gives up */
+constexpr int GD_FRONTIER_LANES = 32; /* lanes a queue's frontier tracks before it gives up */
 constexpr int GD_FRONTIER_RING = 64;      /* recent announcements, to tell a pick what it may have missed */
 constexpr int GD_MAX_FRONTIERS = 128;     /* (database, queue, in-database or external) entries */
 
 /*
- * One queue's frontier: for each priority in use, a key before which no
+ * One queue's frontier: for each lane in use, a key before which no
  * unclaimed runnable row of that priority lies, so a pick starts there
  * rather than at the front of the index, past the entries of rows already
  * run (which stay until vacuum removes them: as long as the oldest
@@ -41,7 +48,7 @@ struct QueueFrontier {
     TimestampTz scanned_at;  /* the last scan from the front */
     int64 scan_us;           /* how long it took */
     int count;
-    PickKey marks[GD_FRONTIER_PRIORITIES]; /* by priority, ascending */
+    PickKey marks[GD_FRONTIER_LANES]; /* by lane, ascending */
     uint64 announced;        /* announcements so far; the last GD_FRONTIER_RING are in ring */
     PickKey ring[GD_FRONTIER_RING];
 };
@@ -51,7 +58,7 @@ struct FrontierView {
     QueueFrontier *entry; /* nullptr: the table is full, scan from the front */
     bool from_front;
     int count;
-    PickKey *marks;   /* palloc'd: count keys, by priority */
+    PickKey *marks;   /* palloc'd: count keys, by lane */
     uint64 announced; /* when the view was taken */
 };
 
@@ -62,9 +69,9 @@ void gd_frontiers_init(QueueFrontier *frontiers);
  * only (a claim of the FSMs a worker may use passes the others' rows by:
  * their pickers have frontiers of their own). */
 FrontierView gd_frontier_view(const char *queue, bool external, uint32 scope = 0);
-/* A scan from the front, begun at scan_started, found these keys: the first row of each priority (ascending). */
+/* A scan from the front, begun at scan_started, found these keys: the first row of each lane (ascending). */
 void gd_frontier_found(const FrontierView &view, const PickKey *firsts, int count, TimestampTz scan_started);
-/* A pick from the view locked rows up to last[i] in the priority of last[i] (one per priority, ascending). */
+/* A pick from the view locked rows up to last[i] in the lane of last[i] (one per lane, ascending). */
 void gd_frontier_passed(const FrontierView &view, const PickKey *last, int count);
 
 /* Rows of the queue at `key` or after may be runnable and unclaimed (nullptr: anywhere) — now, in shared

@@ -164,7 +164,8 @@ void gd_worker_set_activity(WorkerSlot *slot, int64 instance_id);
  * at `key` (nullptr: somewhere) became runnable. */
 void gd_wake_queue_at_commit(const char *queue, const PickKey *key = nullptr);
 /* What a statement that made rows runnable returns (RETURNING), for gd_wake_queue_of_returned. */
-#define GD_WOKEN_COLUMNS "i.queue, i.priority, i.eligible_at, i.id"
+#define GD_WOKEN_COLUMNS "i.queue, i.priority, i.owner, i.fairness_lane, i.eligible_at, i.id"
+constexpr int GD_WOKEN_COLUMN_COUNT = 6; /* the id last */
 /* At commit, wake the queue of the r-th row SPI returned (GD_WOKEN_COLUMNS, from `first_column` on), at that
  * row's key. */
 void gd_wake_queue_of_returned(uint64 r, int first_column = 1);

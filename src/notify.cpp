@@ -241,7 +241,9 @@ GD_SQL_FUNCTION(gd_external_work_changed)
     TimestampTz eligible_at = GetCurrentTimestamp();
     if (trigger->tg_trigger->tgnargs > 1) { /* a row of gd._instances: its place in the claim index too */
         eligible_at = DatumGetTimestampTz(column_value(trigger, row, args[1]));
-        PickKey key{DatumGetInt32(column_value(trigger, row, "priority")), eligible_at,
+        PickKey key{DatumGetInt32(column_value(trigger, row, "priority")),
+                    DatumGetObjectId(column_value(trigger, row, "owner")),
+                    DatumGetInt32(column_value(trigger, row, "fairness_lane")), eligible_at,
                     DatumGetInt64(column_value(trigger, row, "id"))};
         gd_frontier_announce_at_end(queue, true, &key, false);
     }

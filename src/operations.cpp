@@ -140,10 +140,12 @@ void send_into_compensation(Datum ids, Datum reason, char reason_null)
         elog(ERROR, "gen_durable: sending instances into compensation failed");
     for (uint64 r = 0; r < SPI_processed; r++) {
         bool isnull;
-        int64 id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 4, &isnull));
+        int64 id = DatumGetInt64(
+            SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, GD_WOKEN_COLUMN_COUNT, &isnull));
         gd_wake_queue_of_returned(r);
         gd_wake_awaiters_at_commit(id);
-        emit_cancel_event(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, id, 5, gd_status_name(Status::runnable),
+        emit_cancel_event(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, id, GD_WOKEN_COLUMN_COUNT + 1,
+                          gd_status_name(Status::runnable),
                           "compensate");
     }
 }

@@ -25,6 +25,8 @@ extern "C" {
 #include "utils/datum.h"
 }
 
+#include <algorithm>
+
 namespace {
 
 char *copy_text(HeapTuple tuple, TupleDesc desc, int column)
@@ -61,6 +63,7 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     row.visit_key = copy_text(tuple, desc, 18);
     Datum cancelled = SPI_getbinval(tuple, desc, 19, &isnull);
     row.cancelled = isnull ? 0 : datumCopy(cancelled, false, -1);
+    row.fairness_lane = DatumGetInt32(SPI_getbinval(tuple, desc, 20, &isnull));
 }
 
 namespace {
@@ -70,53 +73,207 @@ namespace {
 #define PICKABLE "i.queue = $1 AND i.status = " GD_STATUS(runnable) " AND NOT i.external AND NOT i.gated"
 #define CLAIMABLE "i.queue = $1 AND i.status = " GD_STATUS(runnable) " AND i.external AND NOT i.gated"
 
-/* The first row of each priority in the index, ascending, one index descent
+/* The index's order of a queue's rows: by lane, then by eligibility. */
+#define LANE_COLUMNS "i.priority, i.owner::oid, i.fairness_lane"
+#define INDEX_ORDER "i.priority, i.owner, i.fairness_lane, i.eligible_at, i.id"
+
+/* The first row of each lane in the index, ascending, one index descent
  * each (a loose index scan): the queue's frontier, found from the front. */
 #define FIRST_ROWS(rows)                                                                                        \
-    "WITH RECURSIVE firsts(priority, eligible_at, id) AS ("                                                    \
-    "  (SELECT i.priority, i.eligible_at, i.id FROM gd._instances i WHERE " rows                                \
-    "    ORDER BY i.priority, i.eligible_at, i.id LIMIT 1)"                                                    \
+    "WITH RECURSIVE firsts(priority, owner, lane, eligible_at, id) AS ("                                       \
+    "  (SELECT " LANE_COLUMNS ", i.eligible_at, i.id FROM gd._instances i WHERE " rows                         \
+    "    ORDER BY " INDEX_ORDER " LIMIT 1)"                                                                    \
     "  UNION ALL"                                                                                              \
     "  SELECT n.* FROM firsts p CROSS JOIN LATERAL ("                                                          \
-    "    SELECT i.priority, i.eligible_at, i.id FROM gd._instances i WHERE " rows " AND i.priority > p.priority" \
-    "     ORDER BY i.priority, i.eligible_at, i.id LIMIT 1) n) "                                               \
-    "SELECT priority, eligible_at, id FROM firsts"
+    "    SELECT " LANE_COLUMNS ", i.eligible_at, i.id FROM gd._instances i WHERE " rows                        \
+    "       AND (i.priority, i.owner, i.fairness_lane) > (p.priority, p.owner, p.lane)"                        \
+    "     ORDER BY " INDEX_ORDER " LIMIT 1) n) "                                                               \
+    "SELECT priority, owner, lane, eligible_at, id FROM firsts"
 
-/* The frontier's marks, one row per priority: ($3[k], $4[k], $5[k]). */
-#define MARKS "unnest($3::int4[], $4::timestamptz[], $5::int8[]) AS p(priority, eligible_at, id)"
+/* The frontier's marks, one row per lane, and each lane's share of the batch: ($3[k], ..., $8[k]). */
+#define MARKS                                                                                                  \
+    "unnest($3::int4[], $4::oid[], $5::int4[], $6::timestamptz[], $7::int8[], $8::int4[])"                    \
+    " WITH ORDINALITY AS p(priority, owner, lane, eligible_at, id, quota, k)"
 
-/* Lock up to $2 rows of `rows` (and `also`) due by `due`, best first, from each
- * priority's mark on.  Taking each priority's due rows on their own lets a
- * scan stop at the priority's first future row: across priorities, the
- * future rows of one lie before the due rows of the next.  The nested loop
- * over ascending priorities yields rows in order, and the outer LIMIT stops
- * it (and the locking) as soon as it has enough.  A paused queue yields
- * nothing. */
+/* The rows of `rows` (and `also`) in mark p's lane due by `due`, from the mark on. */
+#define DUE_IN_LANE(rows, also, due)                                                                           \
+    " WHERE " rows " AND i.priority = p.priority AND i.owner = p.owner AND i.fairness_lane = p.lane"           \
+    "   AND i.eligible_at <= " due " AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)" also
+
+/* Lock up to $2 rows of `rows` (and `also`) due by `due`, best first: each
+ * lane's share of them ($8) from the lane's mark on.  Taking each lane's due
+ * rows on their own lets a scan stop at the lane's first future row: across
+ * lanes, the future rows of one lie before the due rows of the next.  The
+ * nested loop over ascending lanes yields rows by lane, and the outer LIMIT
+ * stops it (and the locking) as soon as it has enough.  A paused queue
+ * yields nothing. */
 #define DUE_ROWS(rows, also, due)                                                                              \
     "SELECT r.* FROM " MARKS " CROSS JOIN LATERAL ("                                                           \
-    "  SELECT " GD_INSTANCE_COLUMNS " FROM gd._instances i"                          \
-    "   WHERE " rows " AND i.priority = p.priority AND i.eligible_at <= " due                                   \
-    "     AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)" also                                              \
+    "  SELECT " GD_INSTANCE_COLUMNS " FROM gd._instances i" DUE_IN_LANE(rows, also, due)                      \
     "   ORDER BY i.eligible_at, i.id"                                                                          \
-    "   LIMIT $2"                                                                                              \
+    "   LIMIT p.quota"                                                                                         \
     "   FOR UPDATE OF i SKIP LOCKED) r"                                                                        \
     " WHERE NOT EXISTS (SELECT FROM gd._queues q WHERE q.name = $1 AND q.paused)"                              \
     " LIMIT $2"
 
-/* The view's marks as the arguments $3, $4, $5 of MARKS. */
-void marks_arguments(const FrontierView &view, Datum *args)
+/* How many rows each lane has due (up to $2, locked or not), and its owner's weight, in the marks' order. */
+#define DUE_COUNTS(rows, also, due)                                                                            \
+    "SELECT (SELECT count(*)::int4 FROM (SELECT FROM gd._instances i" DUE_IN_LANE(rows, also, due)            \
+    "          LIMIT $2) d),"                                                                                  \
+    "       coalesce((SELECT w.weight FROM gd._owner_weights w WHERE w.owner = p.owner), 1)"                   \
+    "  FROM " MARKS " ORDER BY p.k"
+
+constexpr int MARK_ARGUMENTS = 6; /* $3 to $8 */
+/* The types of a pick's arguments: the queue, the batch, the marks and the shares. */
+#define PICK_ARGUMENT_TYPES \
+    TEXTOID, INT4OID, INT4ARRAYOID, OIDARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, INT4ARRAYOID
+
+/* The view's marks as the arguments $3 to $7 of MARKS, and every lane's share ($8) the whole batch. */
+void marks_arguments(const FrontierView &view, int limit, Datum *args)
 {
-    Datum *priorities = static_cast<Datum *>(palloc(sizeof(Datum) * Max(view.count, 1)));
-    Datum *times = static_cast<Datum *>(palloc(sizeof(Datum) * Max(view.count, 1)));
-    Datum *ids = static_cast<Datum *>(palloc(sizeof(Datum) * Max(view.count, 1)));
+    int slots = Max(view.count, 1);
+    Datum *priorities = static_cast<Datum *>(palloc(sizeof(Datum) * slots));
+    Datum *owners = static_cast<Datum *>(palloc(sizeof(Datum) * slots));
+    Datum *lanes = static_cast<Datum *>(palloc(sizeof(Datum) * slots));
+    Datum *times = static_cast<Datum *>(palloc(sizeof(Datum) * slots));
+    Datum *ids = static_cast<Datum *>(palloc(sizeof(Datum) * slots));
+    Datum *quotas = static_cast<Datum *>(palloc(sizeof(Datum) * slots));
     for (int i = 0; i < view.count; i++) {
         priorities[i] = Int32GetDatum(view.marks[i].priority);
+        owners[i] = ObjectIdGetDatum(view.marks[i].owner);
+        lanes[i] = Int32GetDatum(view.marks[i].fairness_lane);
         times[i] = TimestampTzGetDatum(view.marks[i].eligible_at);
         ids[i] = Int64GetDatum(view.marks[i].id);
+        quotas[i] = Int32GetDatum(limit);
     }
     args[0] = PointerGetDatum(construct_array(priorities, view.count, INT4OID, 4, true, TYPALIGN_INT));
-    args[1] = PointerGetDatum(construct_array(times, view.count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-    args[2] = PointerGetDatum(construct_array(ids, view.count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+    args[1] = PointerGetDatum(construct_array(owners, view.count, OIDOID, 4, true, TYPALIGN_INT));
+    args[2] = PointerGetDatum(construct_array(lanes, view.count, INT4OID, 4, true, TYPALIGN_INT));
+    args[3] = PointerGetDatum(construct_array(times, view.count, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+    args[4] = PointerGetDatum(construct_array(ids, view.count, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+    args[5] = PointerGetDatum(construct_array(quotas, view.count, INT4OID, 4, true, TYPALIGN_INT));
+}
+
+/* Whether a priority of the view has more than one lane: only then is the batch shared. */
+bool lanes_share_a_priority(const FrontierView &view)
+{
+    for (int i = 1; i < view.count; i++)
+        if (view.marks[i].priority == view.marks[i - 1].priority)
+            return true;
+    return false;
+}
+
+/*
+ * Share `amount` between n claimants by weight, none given more than it
+ * wants (max-min fairness): in order of want per weight, each is given its
+ * weighted part of what is left, or its want if less, so what the modest
+ * leave over goes to the rest; the parts' rounding down is given out last,
+ * one each.
+ */
+void share_by_weight(int n, const int *want, const int *weight, int amount, int *given)
+{
+    int *order = static_cast<int *>(palloc(sizeof(int) * Max(n, 1)));
+    int64 weights_left = 0;
+    for (int i = 0; i < n; i++) {
+        order[i] = i;
+        given[i] = 0;
+        weights_left += weight[i];
+    }
+    std::sort(order, order + n, [&](int a, int b) {
+        int64 lhs = static_cast<int64>(want[a]) * weight[b], rhs = static_cast<int64>(want[b]) * weight[a];
+        return lhs != rhs ? lhs < rhs : a < b;
+    });
+    for (int k = 0; k < n && amount > 0; k++) {
+        int i = order[k];
+        int part = static_cast<int>(static_cast<int64>(amount) * weight[i] / weights_left);
+        given[i] = Min(want[i], part);
+        amount -= given[i];
+        weights_left -= weight[i];
+    }
+    for (int k = n - 1; k >= 0 && amount > 0; k--) {
+        int i = order[k];
+        if (given[i] < want[i]) {
+            given[i]++;
+            amount--;
+        }
+    }
+    pfree(order);
+}
+
+/*
+ * Each lane's share of a batch of `limit` rows, from how many each has due:
+ * priority by priority (ascending) while rows remain; within a priority
+ * between its owners by their weights, and an owner's part evenly between
+ * its lanes (its fairness keys).  A lane with one row due gets it in this
+ * batch; a lone lane gets the whole batch.
+ */
+void share_batch(const FrontierView &view, const int *due, const int *weights, int limit, int *quotas)
+{
+    int *owner_want = static_cast<int *>(palloc(sizeof(int) * Max(view.count, 1)));
+    int *owner_weight = static_cast<int *>(palloc(sizeof(int) * Max(view.count, 1)));
+    int *owner_given = static_cast<int *>(palloc(sizeof(int) * Max(view.count, 1)));
+    int *owner_first = static_cast<int *>(palloc(sizeof(int) * (view.count + 1)));
+    int *even = static_cast<int *>(palloc(sizeof(int) * Max(view.count, 1)));
+    for (int i = 0; i < view.count; i++) {
+        quotas[i] = 0;
+        even[i] = 1;
+    }
+    int left = limit;
+    for (int start = 0, end; start < view.count && left > 0; start = end) {
+        /* The priority's lanes are [start, end), its owners' runs of lanes [owner_first[o], owner_first[o + 1]). */
+        int owners = 0;
+        for (end = start; end < view.count && view.marks[end].priority == view.marks[start].priority; end++) {
+            if (end == start || view.marks[end].owner != view.marks[end - 1].owner) {
+                owner_first[owners] = end;
+                owner_want[owners] = 0;
+                owner_weight[owners] = weights[end];
+                owners++;
+            }
+            owner_want[owners - 1] += due[end];
+        }
+        owner_first[owners] = end;
+        share_by_weight(owners, owner_want, owner_weight, left, owner_given);
+        for (int o = 0; o < owners; o++) {
+            int first = owner_first[o], lanes = owner_first[o + 1] - first;
+            share_by_weight(lanes, due + first, even, owner_given[o], quotas + first);
+            left -= owner_given[o];
+        }
+    }
+}
+
+/* The statement counting each lane's due rows, for lane_shares. */
+struct DueCounts {
+    SPIPlanPtr *plan;
+    const char *sql;
+    int nargs;
+    Oid *types;
+};
+
+/* Set each lane's share of the batch ($8 in args): the whole batch for each
+ * when no priority has lanes to share between, else from their due rows. */
+void lane_shares(const FrontierView &view, int limit, const DueCounts &counts, Datum *args, const char *nulls)
+{
+    if (!lanes_share_a_priority(view))
+        return;
+    if (*counts.plan == nullptr)
+        *counts.plan = gd_prepare_kept(counts.sql, counts.nargs, counts.types);
+    if (gd_execute_kept(*counts.plan, args, nulls, true, 0) != SPI_OK_SELECT ||
+        SPI_processed != static_cast<uint64>(view.count))
+        elog(ERROR, "gen_durable: counting the lanes' due rows failed");
+    int *due = static_cast<int *>(palloc(sizeof(int) * view.count));
+    int *weights = static_cast<int *>(palloc(sizeof(int) * view.count));
+    for (int i = 0; i < view.count; i++) {
+        bool isnull;
+        due[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+        weights[i] = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+    }
+    SPI_freetuptable(SPI_tuptable);
+    int *quotas = static_cast<int *>(palloc(sizeof(int) * view.count));
+    share_batch(view, due, weights, limit, quotas);
+    Datum *shares = static_cast<Datum *>(palloc(sizeof(Datum) * view.count));
+    for (int i = 0; i < view.count; i++)
+        shares[i] = Int32GetDatum(quotas[i]);
+    args[7] = PointerGetDatum(construct_array(shares, view.count, INT4OID, 4, true, TYPALIGN_INT));
 }
 
 /* The scope of a claim frontier of the FSMs named in `usable` (a text[]): never 0, the scope of all. */
@@ -144,14 +301,17 @@ FrontierView frontier_to_pick(const char *queue, bool external, uint32 scope = 0
     if (gd_execute_kept(plan, args, nullptr, true, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: finding the first rows of queue \"%s\" failed", queue);
     int found = static_cast<int>(SPI_processed);
-    /* Every priority's first row: more priorities than a frontier tracks are all picked from the front. */
+    /* Every lane's first row: more lanes than a frontier tracks are all picked from the front. */
     PickKey *firsts = static_cast<PickKey *>(palloc(sizeof(PickKey) * Max(found, 1)));
     for (int i = 0; i < found; i++) {
         HeapTuple row = SPI_tuptable->vals[i];
+        TupleDesc desc = SPI_tuptable->tupdesc;
         bool isnull;
-        firsts[i] = PickKey{DatumGetInt32(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull)),
-                            DatumGetTimestampTz(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull)),
-                            DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull))};
+        firsts[i] = PickKey{DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull)),
+                            DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull)),
+                            DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull)),
+                            DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &isnull)),
+                            DatumGetInt64(SPI_getbinval(row, desc, 5, &isnull))};
     }
     SPI_freetuptable(SPI_tuptable);
     gd_frontier_found(view, firsts, found, started);
@@ -161,26 +321,26 @@ FrontierView frontier_to_pick(const char *queue, bool external, uint32 scope = 0
 }
 
 /*
- * After a pick from `view` locked `rows` (ascending): raise each priority's
- * mark past its last row, and announce each priority's first row at the end
- * of the transaction — on abort they are given back, and at commit some may
- * still be runnable.
+ * After a pick from `view` locked `rows` (by lane, each lane's ascending):
+ * raise each lane's mark past its last row, and announce each lane's first
+ * row at the end of the transaction — on abort they are given back, and at
+ * commit some may still be runnable.
  */
 void account_for_pick(const FrontierView &view, const char *queue, bool external, const PickedInstance *rows,
                       int count)
 {
     PickKey *last = static_cast<PickKey *>(palloc(sizeof(PickKey) * Max(count, 1)));
-    int priorities = 0;
+    int lanes = 0;
     for (int i = 0; i < count; i++) {
-        PickKey key{rows[i].priority, rows[i].eligible_at, rows[i].id};
-        if (priorities > 0 && last[priorities - 1].priority == key.priority) {
-            last[priorities - 1] = key;
+        PickKey key = gd_pick_key(rows[i]);
+        if (lanes > 0 && gd_same_lane(last[lanes - 1], key)) {
+            last[lanes - 1] = key;
         } else {
             gd_frontier_announce_at_end(queue, external, &key, true);
-            last[priorities++] = key;
+            last[lanes++] = key;
         }
     }
-    gd_frontier_passed(view, last, priorities);
+    gd_frontier_passed(view, last, lanes);
 }
 
 /* Copy a pick's rows out of SPI memory, which does not outlive this round's SPI connection. */
@@ -207,16 +367,22 @@ int take_locked_rows(int result, PickedInstance *out, MemoryContext into, const 
 
 } // namespace
 
+PickKey gd_pick_key(const PickedInstance &row)
+{
+    return PickKey{row.priority, row.owner, row.fairness_lane, row.eligible_at, row.id};
+}
+
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into)
 {
-    static SPIPlanPtr pick_plan = nullptr;
-    if (pick_plan == nullptr) {
-        Oid types[5] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID};
-        pick_plan = gd_prepare_kept(DUE_ROWS(PICKABLE, "", "now()"), 5, types);
-    }
+    static SPIPlanPtr pick_plan = nullptr, counts_plan = nullptr;
+    static Oid types[2 + MARK_ARGUMENTS] = {PICK_ARGUMENT_TYPES};
+    if (pick_plan == nullptr)
+        pick_plan = gd_prepare_kept(DUE_ROWS(PICKABLE, "", "now()"), 2 + MARK_ARGUMENTS, types);
     FrontierView view = frontier_to_pick(queue, false);
-    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0};
-    marks_arguments(view, args + 2);
+    Datum args[2 + MARK_ARGUMENTS] = {CStringGetTextDatum(queue), Int32GetDatum(limit)};
+    marks_arguments(view, limit, args + 2);
+    lane_shares(view, limit, DueCounts{&counts_plan, DUE_COUNTS(PICKABLE, "", "now()"), 2 + MARK_ARGUMENTS, types},
+                args, nullptr);
     int count = take_locked_rows(gd_execute_kept(pick_plan, args, nullptr, false, 0), out, into, queue);
     account_for_pick(view, queue, false, out, count);
     return count;
@@ -242,19 +408,24 @@ int gd_pick_to_drain(const char *queue, int limit, PickedInstance *out, MemoryCo
 
 int gd_pick_external(const char *queue, int limit, Datum usable, PickedInstance *out, MemoryContext into)
 {
-    static SPIPlanPtr claim_plan = nullptr;
-    if (claim_plan == nullptr) {
-        Oid types[7] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID};
-        /* Due by the clock ($7), not by the transaction's start: a claim that waits picks again later in it. */
-        claim_plan = gd_prepare_kept(DUE_ROWS(CLAIMABLE, " AND ($6::text[] IS NULL OR i.fsm = ANY ($6))", "$7"), 7, types);
-    }
+    static SPIPlanPtr claim_plan = nullptr, counts_plan = nullptr;
+    static Oid types[4 + MARK_ARGUMENTS] = {PICK_ARGUMENT_TYPES, TEXTARRAYOID, TIMESTAMPTZOID};
+    /* Due by the clock ($10), not by the transaction's start: a claim that waits picks again later in it. */
+#define CLAIM_FILTER " AND ($9::text[] IS NULL OR i.fsm = ANY ($9))"
+    if (claim_plan == nullptr)
+        claim_plan = gd_prepare_kept(DUE_ROWS(CLAIMABLE, CLAIM_FILTER, "$10"), 4 + MARK_ARGUMENTS, types);
     /* A worker that may claim only some FSMs' steps passes the others' rows by: the frontier of
      * those FSMs is its own (a grant changes the set, and so the frontier). */
     FrontierView view = frontier_to_pick(queue, true, usable == 0 ? 0 : fsms_scope(usable));
-    Datum args[7] = {CStringGetTextDatum(queue), Int32GetDatum(limit), 0, 0, 0, usable,
-                     TimestampTzGetDatum(gd_session_now())};
-    marks_arguments(view, args + 2);
-    const char nulls[7] = {' ', ' ', ' ', ' ', ' ', usable == 0 ? 'n' : ' ', ' '};
+    Datum args[4 + MARK_ARGUMENTS] = {CStringGetTextDatum(queue), Int32GetDatum(limit)};
+    marks_arguments(view, limit, args + 2);
+    args[8] = usable;
+    args[9] = TimestampTzGetDatum(gd_session_now());
+    const char nulls[4 + MARK_ARGUMENTS] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', usable == 0 ? 'n' : ' ', ' '};
+    lane_shares(view, limit,
+                DueCounts{&counts_plan, DUE_COUNTS(CLAIMABLE, CLAIM_FILTER, "$10"), 4 + MARK_ARGUMENTS, types}, args,
+                nulls);
+#undef CLAIM_FILTER
     int count = take_locked_rows(gd_execute_kept(claim_plan, args, nulls, false, 0), out, into, queue);
     account_for_pick(view, queue, true, out, count);
     return count;
@@ -264,19 +435,20 @@ TimestampTz gd_next_due(const char *queue)
 {
     static SPIPlanPtr due_plan = nullptr;
     if (due_plan == nullptr) {
-        Oid types[5] = {TEXTOID, INT4OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID};
-        /* Each priority's first future row ($2 unused: the arguments are the pick's). */
+        Oid types[2 + MARK_ARGUMENTS] = {PICK_ARGUMENT_TYPES};
+        /* Each lane's first future row ($2 and the shares unused: the arguments are the pick's). */
         due_plan = gd_prepare_kept(
             "SELECT min((SELECT i.eligible_at FROM gd._instances i"
-            "             WHERE " PICKABLE " AND i.priority = p.priority AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)"
+            "             WHERE " PICKABLE " AND i.priority = p.priority AND i.owner = p.owner"
+            "               AND i.fairness_lane = p.lane AND (i.eligible_at, i.id) >= (p.eligible_at, p.id)"
             "               AND i.eligible_at > now()"
             "             ORDER BY i.eligible_at, i.id LIMIT 1))"
             "  FROM " MARKS,
-            5, types);
+            2 + MARK_ARGUMENTS, types);
     }
     FrontierView view = frontier_to_pick(queue, false);
-    Datum args[5] = {CStringGetTextDatum(queue), Int32GetDatum(0), 0, 0, 0};
-    marks_arguments(view, args + 2);
+    Datum args[2 + MARK_ARGUMENTS] = {CStringGetTextDatum(queue), Int32GetDatum(0)};
+    marks_arguments(view, 0, args + 2);
     if (gd_execute_kept(due_plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: next-due query failed");
     bool isnull;

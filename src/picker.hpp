@@ -5,6 +5,8 @@
  */
 #pragma once
 
+#include "frontier.hpp"
+
 extern "C" {
 #include "postgres.h"
 #include "access/htup.h"
@@ -35,6 +37,7 @@ struct PickedInstance {
     char *trace_context;   /* the W3C traceparent it was inserted with; nullptr when none */
     char *visit_key;       /* the current visit of its step: ctx.idempotency_key */
     Datum cancelled;       /* compensating: why and where a gd_cancel found it (ctx.cancelled); 0 when not */
+    int32 fairness_lane;   /* its lane among its owner's rows (its fairness key's hash; 0 when none) */
     const char *queue;     /* where the current step runs (not among GD_INSTANCE_COLUMNS: its reader knows) */
 };
 
@@ -42,13 +45,16 @@ struct PickedInstance {
 #define GD_INSTANCE_COLUMNS                                                                                      \
     "i.id, i.fsm, i.version, i.step, i.state, i.attempt, i.correlation_key, i.parent_id, i.resume, "           \
     "i.concurrency_key, i.rate_limit, i.weight, i.owner, i.updated_at, i.priority, i.eligible_at, i.trace_context, " \
-    "i.visit_key::text, i.cancelled"
-constexpr int GD_INSTANCE_COLUMN_COUNT = 19;
+    "i.visit_key::text, i.cancelled, i.fairness_lane"
+constexpr int GD_INSTANCE_COLUMN_COUNT = 20;
 
+/* The row's place in the pick (or claim) index. */
+PickKey gd_pick_key(const PickedInstance &row);
 /* Read the columns of GD_INSTANCE_COLUMNS (in that order) into `row`, copied into CurrentMemoryContext. */
 void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row);
 /* Lock up to `limit` runnable in-database steps of the queue, best first,
- * from the queue's frontier on; the rows are copied into `into`. */
+ * from the queue's frontier on, the batch shared between the lanes of a
+ * priority; the rows are copied into `into`. */
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into);
 /* What gd_drain runs: the instances of owners `member` is a member of, those
  * scheduled for later too when `with_scheduled`. */

@@ -124,7 +124,7 @@ void prepare_plans()
                                       "                          THEN clock_timestamp() END"
                                       /* $16: the writer's from-statuses; $17: compensating when picked */
                                       " WHERE id = $1 AND status = ANY ($16) AND (cancelled IS NOT NULL) = $17"
-                                      " RETURNING queue, priority, eligible_at, id",
+                                      " RETURNING queue, priority, owner, fairness_lane, eligible_at, id",
                                       17, types);
     }
     Oid follow_up_types[2] = {INT8OID, JSONBOID};

@@ -174,18 +174,22 @@ void gd_wake_awaiters_at_commit(int64 instance_id)
 }
 
 /*
- * gd._wake_on_commit(queue text [, priority int, eligible_at timestamptz, id
- * bigint]): the caller made a row of this queue runnable, at that key in the
- * pick index (the lowest, for several rows) when it says.
+ * gd._wake_on_commit(queue text [, priority int, owner oid, fairness_lane
+ * int, eligible_at timestamptz, id bigint]): the caller made a row of this
+ * queue runnable, at that key in the pick index (the lowest of its lane, for
+ * several rows) when it says.
  */
 GD_SQL_FUNCTION(gd_wake_on_commit)
 {
     char queue[NAMEDATALEN];
     text_to_cstring_buffer(PG_GETARG_TEXT_PP(0), queue, sizeof(queue));
     PickKey key{};
-    bool keyed = PG_NARGS() == 4 && !PG_ARGISNULL(1) && !PG_ARGISNULL(2) && !PG_ARGISNULL(3);
+    bool keyed = PG_NARGS() == 6;
+    for (int i = 1; i < PG_NARGS(); i++)
+        keyed = keyed && !PG_ARGISNULL(i);
     if (keyed)
-        key = PickKey{PG_GETARG_INT32(1), PG_GETARG_TIMESTAMPTZ(2), PG_GETARG_INT64(3)};
+        key = PickKey{PG_GETARG_INT32(1), PG_GETARG_OID(2), PG_GETARG_INT32(3), PG_GETARG_TIMESTAMPTZ(4),
+                      PG_GETARG_INT64(5)};
     gd_wake_queue_at_commit(queue, keyed ? &key : nullptr);
     PG_RETURN_VOID();
 }
@@ -217,7 +221,9 @@ void gd_wake_queue_of_returned(uint64 r, int first_column)
     TupleDesc desc = SPI_tuptable->tupdesc;
     bool isnull;
     PickKey key{DatumGetInt32(SPI_getbinval(row, desc, first_column + 1, &isnull)),
-                DatumGetTimestampTz(SPI_getbinval(row, desc, first_column + 2, &isnull)),
-                DatumGetInt64(SPI_getbinval(row, desc, first_column + 3, &isnull))};
+                DatumGetObjectId(SPI_getbinval(row, desc, first_column + 2, &isnull)),
+                DatumGetInt32(SPI_getbinval(row, desc, first_column + 3, &isnull)),
+                DatumGetTimestampTz(SPI_getbinval(row, desc, first_column + 4, &isnull)),
+                DatumGetInt64(SPI_getbinval(row, desc, first_column + 5, &isnull))};
     gd_wake_queue_at_commit(SPI_getvalue(row, desc, first_column), &key);
 }

@@ -140,7 +140,12 @@ CREATE TABLE IF NOT EXISTS gd._instances (
     -- Compensating since a gd_cancel sent it to its FSM's on_cancel step: why
     -- and where it was ({kind: cancelled, message, reason, step, attempt,
     -- status, at}: ctx.cancelled, and its error when the compensation ends).
-    cancelled         jsonb
+    cancelled         jsonb,
+    -- Whose share of its owner's part of a queue it is picked in (gd_insert's
+    -- fairness_key), and that key's lane in the pick and claim indexes: the
+    -- key's hash, 0 without one.
+    fairness_key      text,
+    fairness_lane     int NOT NULL DEFAULT 0
     -- (fsm, version) names a row of gd._fsms: checked by every insert path, and
     -- gd._fsms refuses to lose a definition in use (gd._fsm_in_use below).  Not
     -- a foreign key: its check would weigh on every inserted row and lock the
@@ -186,8 +191,9 @@ CREATE OR REPLACE TRIGGER fsm_in_use_truncate BEFORE TRUNCATE ON gd._fsms
 -- of a statement that touches a few rows would compile itself with LLVM
 -- first.  The API's own statements read rows by id: never that costly.
 
--- The executors' pick: runnable in-database steps of a queue, best first.
-CREATE INDEX IF NOT EXISTS instances_pick ON gd._instances (queue, priority, eligible_at, id)
+-- The executors' pick: runnable in-database steps of a queue, by lane
+-- (priority, owner, fairness lane), each lane's best first.
+CREATE INDEX IF NOT EXISTS instances_pick ON gd._instances (queue, priority, owner, fairness_lane, eligible_at, id)
     WHERE status = 'runnable' AND NOT external AND NOT gated;
 -- A correlation key is occupied while the status is in the instance's own
 -- scope, among the instances of one owner: each tenant has a key space of

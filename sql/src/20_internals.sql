@@ -5,7 +5,8 @@
 CREATE OR REPLACE FUNCTION gd._wake_on_commit(queue text) RETURNS void
     LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_on_commit';
 -- The same, for a row at this key of the pick index (the queue's frontier starts there).
-CREATE OR REPLACE FUNCTION gd._wake_on_commit(queue text, priority int, eligible_at timestamptz, id bigint)
+CREATE OR REPLACE FUNCTION gd._wake_on_commit(queue text, priority int, owner oid, fairness_lane int,
+                                               eligible_at timestamptz, id bigint)
     RETURNS void LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'gd_wake_on_commit';
 CREATE OR REPLACE FUNCTION gd._wake_database_on_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'gd_wake_database_on_commit';

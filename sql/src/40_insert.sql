@@ -54,7 +54,8 @@ BEGIN
         RETURN false;
     END IF;
     IF NOT occupant.gated THEN
-        PERFORM gd._wake_on_commit(occupant.queue, occupant.priority, run_at, occupant.id);
+        PERFORM gd._wake_on_commit(occupant.queue, occupant.priority, occupant.owner, occupant.fairness_lane, run_at,
+                                   occupant.id);
     END IF;
     RETURN true;
 END $$;
@@ -68,7 +69,8 @@ CREATE OR REPLACE FUNCTION gd._insert_instance(caller oid, fsm text, state jsonb
                                     rate_limit text, weight int, eligible_at timestamptz,
                                     schedule_in interval, on_duplicate text, parent_id bigint DEFAULT NULL,
                                     trace_context text DEFAULT NULL, debounce interval DEFAULT NULL,
-                                    throttle interval DEFAULT NULL, on_throttle text DEFAULT 'drop')
+                                    throttle interval DEFAULT NULL, on_throttle text DEFAULT 'drop',
+                                    fairness_key text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -160,6 +162,13 @@ BEGIN
     ELSIF parent_id IS NOT NULL THEN
         trace_context := (SELECT p.trace_context FROM gd._instances p WHERE p.id = _insert_instance.parent_id);
     END IF;
+    IF fairness_key = '' THEN
+        PERFORM gd._bad_argument('fairness_key must not be empty');
+    ELSIF fairness_key IS NOT NULL THEN
+        PERFORM gd._check_length(fairness_key, 'fairness_key');
+    ELSIF parent_id IS NOT NULL THEN
+        fairness_key := (SELECT p.fairness_key FROM gd._instances p WHERE p.id = _insert_instance.parent_id);
+    END IF;
     must_wait := false;
     IF correlation_key IS NOT NULL OR concurrency_key IS NOT NULL OR rate_limit IS NOT NULL THEN
         PERFORM gd._check_length(correlation_key, 'correlation_key'),
@@ -180,18 +189,20 @@ BEGIN
     LOOP
         INSERT INTO gd._instances AS i (status, fsm, version, owner, step, state, queue, home_queue, external, priority,
                                         concurrency_key, gated, correlation_key, correlation_scope, rate_limit,
-                                        weight, eligible_at, parent_id, trace_context, updated_at, debounced_at)
+                                        weight, eligible_at, parent_id, trace_context, updated_at, debounced_at,
+                                        fairness_key, fairness_lane)
         VALUES (gd._status_after('insert', 'runnable'), fsm_row.name, fsm_row.version, fsm_row.owner, first_step,
                 fsm_row.state_defaults || state,
                 route.queue, route.home_queue, first.handler IS NULL, priority, concurrency_key, must_wait,
                 correlation_key, correlation_scope, rate_limit, weight, run_at, parent_id, trace_context,
-                now(), CASE WHEN debounce IS NOT NULL THEN now() END)
+                now(), CASE WHEN debounce IS NOT NULL THEN now() END, fairness_key, gd._fairness_lane(fairness_key))
         ON CONFLICT (correlation_key, owner) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope)
         DO NOTHING
         RETURNING i.id INTO new_id;
         IF new_id IS NOT NULL THEN
             IF NOT must_wait THEN
-                PERFORM gd._wake_on_commit(route.queue, priority, run_at, new_id);
+                PERFORM gd._wake_on_commit(route.queue, priority, fsm_row.owner, gd._fairness_lane(fairness_key),
+                                           run_at, new_id);
             END IF;
             IF throttle IS NOT NULL THEN
                 UPDATE gd._throttles t SET next_start = run_at + throttle
@@ -242,17 +253,18 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_insert(fsm text, state jsonb DEFAULT '
                                       weight int DEFAULT 1, eligible_at timestamptz DEFAULT NULL,
                                       schedule_in interval DEFAULT NULL, on_duplicate text DEFAULT 'error',
                                       trace_context text DEFAULT NULL, debounce interval DEFAULT NULL,
-                                      throttle interval DEFAULT NULL, on_throttle text DEFAULT 'drop')
+                                      throttle interval DEFAULT NULL, on_throttle text DEFAULT 'drop',
+                                      fairness_key text DEFAULT NULL)
 RETURNS bigint LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._insert(fsm text, state jsonb, step text, queue text, priority int, concurrency_key text,
                            correlation_key text, correlation_scope text[], rate_limit text, weight int,
                            eligible_at timestamptz, schedule_in interval, on_duplicate text, trace_context text,
-                           debounce interval, throttle interval, on_throttle text)
+                           debounce interval, throttle interval, on_throttle text, fairness_key text)
 RETURNS bigint LANGUAGE sql
 AS $$ SELECT gd._insert_instance(gd._caller(), fsm, state, step, queue, priority, concurrency_key, correlation_key,
                                  correlation_scope, rate_limit, weight, eligible_at, schedule_in, on_duplicate, NULL,
-                                 trace_context, debounce, throttle, on_throttle) $$;
+                                 trace_context, debounce, throttle, on_throttle, fairness_key) $$;
 
 -- One insert option object (as in gd_insert_all and gd_spawn) into gd._insert_instance.
 CREATE OR REPLACE FUNCTION gd._insert_entry(caller oid, default_fsm text, entry jsonb, on_duplicate text,
@@ -265,7 +277,7 @@ BEGIN
     SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(entry) k
      WHERE k NOT IN ('fsm', 'state', 'step', 'queue', 'priority', 'concurrency_key', 'correlation_key',
                      'correlation_scope', 'rate_limit', 'weight', 'eligible_at', 'schedule_in', 'trace_context',
-                     'debounce', 'throttle', 'on_throttle');
+                     'debounce', 'throttle', 'on_throttle', 'fairness_key');
     IF unknown IS NOT NULL THEN
         PERFORM gd._bad_argument(format('unknown insert option %s', unknown), format('In entry %s.', entry));
     END IF;
@@ -287,7 +299,7 @@ BEGIN
                       on_duplicate, parent_id, entry->>'trace_context',
                       gd._entry_cast(entry, 'debounce', NULL::interval),
                       gd._entry_cast(entry, 'throttle', NULL::interval),
-                      coalesce(entry->>'on_throttle', 'drop'));
+                      coalesce(entry->>'on_throttle', 'drop'), entry->>'fairness_key');
 END $$;
 
 -- The FSM of entries that need nothing but an insert each (objects with at
@@ -313,23 +325,27 @@ DECLARE
     first gd._steps;
     route record;
     inserted bigint[];
-    inherited_trace text := (SELECT p.trace_context FROM gd._instances p WHERE p.id = _insert_plain.parent_id);
+    parent gd._instances;   -- children inherit its trace and fairness key
+
 BEGIN
     PERFORM gd._check_may_use(caller, fsm_row.name);
     first := gd._step(fsm_row.name, fsm_row.version, fsm_row.initial_step);
     route := gd._route(first.queue, fsm_row.queue);
+    SELECT * INTO parent FROM gd._instances p WHERE p.id = _insert_plain.parent_id;
     WITH added AS (
         INSERT INTO gd._instances AS i (status, fsm, version, owner, step, state, queue, home_queue, external,
-                                        correlation_scope, eligible_at, parent_id, trace_context)
+                                        correlation_scope, eligible_at, parent_id, trace_context, fairness_key,
+                                        fairness_lane)
         SELECT gd._status_after('insert', 'runnable'), fsm_row.name, fsm_row.version, fsm_row.owner, fsm_row.initial_step,
                fsm_row.state_defaults || coalesce(x.e->'state', '{}'),
                route.queue, route.home_queue, first.handler IS NULL, gd._live_statuses(), now(),
-               _insert_plain.parent_id, inherited_trace
+               _insert_plain.parent_id, parent.trace_context, parent.fairness_key, gd._fairness_lane(parent.fairness_key)
           FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(e, n)
          ORDER BY x.n
         RETURNING i.id)
     SELECT array_agg(added.id ORDER BY added.id) INTO inserted FROM added;
-    PERFORM gd._wake_on_commit(route.queue, 0, now(), added_id) FROM unnest(inserted) added_id;
+    PERFORM gd._wake_on_commit(route.queue, 0, fsm_row.owner, gd._fairness_lane(parent.fairness_key), now(), added_id)
+       FROM unnest(inserted) added_id;
     PERFORM gd._emit_inserted(inserted);
     RETURN QUERY SELECT unnest(inserted);
 END $$;

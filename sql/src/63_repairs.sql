@@ -120,7 +120,7 @@ BEGIN
     END IF;
     forked := gd._insert_instance(caller, source.fsm, coalesce(state, origin.state), origin.step, NULL, source.priority,
                                   source.concurrency_key, NULL, NULL, source.rate_limit, source.weight, NULL, NULL,
-                                  'error', NULL, source.trace_context);
+                                  'error', NULL, source.trace_context, fairness_key => source.fairness_key);
     PERFORM gd._record_repair(forked, 'fork', origin.step, 1, coalesce(state, origin.state),
                               jsonb_build_object('forked_from', source.id, 'entry', entry,
                                                  'from_version', source.version));

@@ -290,7 +290,8 @@ BEGIN
           FROM ready r
         ON CONFLICT (correlation_key, owner) WHERE correlation_key IS NOT NULL AND status = ANY (correlation_scope)
         DO NOTHING
-        RETURNING i.id, i.correlation_key, gd._wake_on_commit(i.queue, i.priority, i.eligible_at, i.id))
+        RETURNING i.id, i.correlation_key,
+                  gd._wake_on_commit(i.queue, i.priority, i.owner, i.fairness_lane, i.eligible_at, i.id))
     SELECT array_agg(r.name), array_agg(r.tick), array_agg(s.id) INTO names, ticks, ids
       FROM ready r LEFT JOIN started s ON s.correlation_key = format('schedule:%s:%s', r.name, gd._tick_text(r.tick));
     UPDATE gd._schedules s

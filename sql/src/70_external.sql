@@ -18,8 +18,8 @@
 -- Each claim's lease token: a token names one claim, never reused.
 CREATE SEQUENCE IF NOT EXISTS gd._lease_tokens;
 
--- gd_claim's pick: runnable external steps of a queue, best first.
-CREATE INDEX IF NOT EXISTS instances_claim ON gd._instances (queue, priority, eligible_at, id)
+-- gd_claim's pick: runnable external steps of a queue, by lane, each lane's best first.
+CREATE INDEX IF NOT EXISTS instances_claim ON gd._instances (queue, priority, owner, fairness_lane, eligible_at, id)
     WHERE status = 'runnable' AND external AND NOT gated;
 -- The reaper: leases soonest to expire, and external work soonest to come
 -- due (only work scheduled past its last change is the reaper's to

@@ -54,6 +54,7 @@ SELECT s.name, s.cron, s.time_zone, s.fsm, s.owner, s.enabled, s.overlap, s.catc
 CREATE OR REPLACE VIEW gd.queues AS SELECT q.* FROM gd._queues q;
 CREATE OR REPLACE VIEW gd.rate_limits AS SELECT l.* FROM gd._rate_limits l;
 CREATE OR REPLACE VIEW gd.concurrency_limits AS SELECT l.* FROM gd._concurrency_limits l;
+CREATE OR REPLACE VIEW gd.owner_weights AS SELECT w.* FROM gd._owner_weights w;
 
 CREATE OR REPLACE FUNCTION gd._read_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -66,7 +67,7 @@ DECLARE
     view_name text;
 BEGIN
     FOREACH view_name IN ARRAY ARRAY['instances', 'signals', 'fsms', 'steps', 'grants', 'queues', 'rate_limits',
-                                     'concurrency_limits', 'schedules', 'step_history'] LOOP
+                                     'concurrency_limits', 'owner_weights', 'schedules', 'step_history'] LOOP
         EXECUTE format('CREATE OR REPLACE TRIGGER read_only INSTEAD OF INSERT OR UPDATE OR DELETE ON gd.%I '
                        'FOR EACH ROW EXECUTE FUNCTION gd._read_only()', view_name);
     END LOOP;

@@ -11,7 +11,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA gd FROM PUBLIC;
 -- and the API (the doors in the extension's schema).
 GRANT USAGE ON SCHEMA gd TO PUBLIC;
 GRANT SELECT ON gd.instances, gd.signals, gd.fsms, gd.steps, gd.grants, gd.queues, gd.rate_limits,
-                gd.concurrency_limits, gd.schedules, gd.step_history, gd.workers, gd.stats, gd.queue_stats,
+                gd.concurrency_limits, gd.owner_weights, gd.schedules, gd.step_history, gd.workers, gd.stats, gd.queue_stats,
                 gd.step_stats, gd.limit_stats, gd.status_changes TO PUBLIC;
 GRANT EXECUTE ON FUNCTION gd.read_workers(), gd.read_stats(), gd.read_status_changes(), gd.configured_queues(), gd.read_step_stats(),
                           gd.read_limit_stats(), gd.read_queue_counters(),
@@ -23,6 +23,7 @@ REVOKE ALL ON FUNCTION @extschema@.gd_set_rate_limit(text, int, interval, int, b
                        @extschema@.gd_drop_rate_limit(text),
                        @extschema@.gd_set_concurrency_limit(text, int, boolean, text),
                        @extschema@.gd_drop_concurrency_limit(text),
+                       @extschema@.gd_set_owner_weight(regrole, int),
                        @extschema@.gd_pause(text), @extschema@.gd_resume(text),
                        @extschema@.gd_stats_reset()
     FROM PUBLIC;
@@ -38,7 +39,7 @@ DECLARE
 BEGIN
     -- one call per statement: each updates the extension's catalog row
     FOREACH relation IN ARRAY ARRAY['gd._queues', 'gd._fsms', 'gd._steps', 'gd._grants', 'gd._instances', 'gd._signals',
-                                    'gd._concurrency_limits', 'gd._rate_limits', 'gd._rate_buckets', 'gd._schedules',
+                                    'gd._concurrency_limits', 'gd._owner_weights', 'gd._rate_limits', 'gd._rate_buckets', 'gd._schedules',
                                     'gd._step_history', 'gd._throttles',
                                     'gd._instances_id_seq', 'gd._signals_id_seq', 'gd._lease_tokens'] LOOP
         PERFORM pg_extension_config_dump(relation::regclass, '');

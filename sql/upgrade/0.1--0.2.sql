@@ -126,5 +126,10 @@ ALTER TABLE gd._fsms ADD COLUMN on_cancel text;
 ALTER TABLE gd._instances ADD COLUMN cancelled jsonb;
 ALTER TYPE gd.context ADD ATTRIBUTE cancelled jsonb;
 
+-- Fair share: picks share a queue between lanes (priority, owner, fairness
+-- key); the pick and claim indexes are made again with the lane.
+ALTER TABLE gd._instances ADD COLUMN fairness_key text, ADD COLUMN fairness_lane int NOT NULL DEFAULT 0;
+DROP INDEX IF EXISTS gd.instances_pick, gd.instances_claim;
+
 -- What 0.2 defines with another result type.
 DROP FUNCTION gd._key_limit(text);

@@ -42,8 +42,8 @@ SELECT state->>'n' AS n, status FROM gd.instances WHERE fsm = 'picked' AND statu
 CREATE FUNCTION t.make_due(n text) RETURNS void LANGUAGE sql AS $$
     WITH due AS (UPDATE gd._instances SET eligible_at = now() - interval '1 second'
                   WHERE fsm = 'picked' AND state->>'n' = make_due.n
-                  RETURNING queue, priority, eligible_at, id)
-    SELECT gd._wake_on_commit(queue, priority, eligible_at, id) FROM due
+                  RETURNING queue, priority, owner, fairness_lane, eligible_at, id)
+    SELECT gd._wake_on_commit(queue, priority, owner, fairness_lane, eligible_at, id) FROM due
 $$;
 SELECT t.make_due('p3 +2h');
 SELECT gd._execute('picks', 4) AS round_4;

@@ -154,6 +154,9 @@ routed(q{SELECT gd_define_step('order', 'audit', handler => 'public.ship(jsonb, 
 is(join(',', map { on_partition($_, q{SELECT count(*) FROM gd.steps WHERE fsm = 'order' AND step = 'audit'}) } 0 .. 3),
 	'1,1,1,1', 'gd_define_step through the router: on every partition');
 routed(q{SELECT gd_set_concurrency_limit('room', 2)});
+routed(q{SELECT gd_set_owner_weight('postgres', 4)});
+is(join(',', map { on_partition($_, q{SELECT weight FROM gd.owner_weights}) } 0 .. 3), '4,4,4,4',
+	'gd_set_owner_weight through the router: on every partition');
 is(routed(q{SELECT gd_drop_concurrency_limit('room')}), 't', 'a limit set and dropped on every partition');
 routed(q{SELECT gd_schedule('nightly', '0 3 * * *', 'order')});
 is(routed(q{SELECT partition || ' ' || (partition = 'p' || (hashtext('nightly') & 3)) FROM gd_router.schedules}),
@@ -375,18 +378,22 @@ is($err, '', 'p3 made again');
 $shards{b}->safe_psql('p3', q{CREATE FUNCTION ship(state jsonb, ctx gd.context) RETURNS gd.outcome LANGUAGE sql AS $$ SELECT gd_done() $$});
 is(routed('SELECT gd_router.copy_definitions(0, 3)'), '4', 'gd_router.copy_definitions: four FSM versions');
 is(on_partition(3, q{SELECT (SELECT count(*) FROM gd.steps WHERE fsm = 'order') || ' steps, rate ' ||
-                            (SELECT rate FROM gd.rate_limits WHERE name = 'api') || '; ' ||
+                            (SELECT rate FROM gd.rate_limits WHERE name = 'api') || ', weight ' ||
+                            (SELECT weight FROM gd.owner_weights WHERE owner = 'postgres'::regrole) || '; ' ||
                             (SELECT string_agg(name || ' owned by ' || owner::text, ', ' ORDER BY name)
                                FROM gd.fsms WHERE name IN ('invoice', 'report'))}),
-	'3 steps, rate 10; invoice owned by alice, report owned by "Team A"', 'p3 has the FSMs\' steps, owners and the limit');
+	'3 steps, rate 10, weight 4; invoice owned by alice, report owned by "Team A"',
+	'p3 has the FSMs\' steps, owners, the limit and the owner\'s weight');
 my $grants = q{SELECT string_agg(fsm || ' to ' || role::text || CASE WHEN accepted THEN ', accepted' ELSE '' END, '; '
                                  ORDER BY fsm) FROM gd.grants};
 is(on_partition(0, $grants), 'invoice to bob; report to bob, accepted', 'p0\'s grants: one accepted, one not');
 is(on_partition(3, $grants), on_partition(0, $grants), 'p3 has them, accepted or not as on p0');
 my $key3 = key_on(3, 'late');
-my $late = routed("SELECT gd_insert('order', correlation_key => '$key3')");
+my $late = routed("SELECT gd_insert('order', correlation_key => '$key3', fairness_key => 'tenant-9')");
 is(routed("SELECT status || ' on p' || ($late % $partitions) FROM gd_await($late, '10s', 'terminal')"), 'done on p3',
 	'an instance keyed to p3 runs there');
+is(on_partition(3, "SELECT fairness_key FROM gd.instances WHERE id = $late"), 'tenant-9',
+	'gd_insert\'s fairness_key through the router');
 
 $_->stop for values %shards;
 $router->stop;

@@ -10,7 +10,7 @@ const { statements, apiSchemaOption, SQL } = require('./sql');
 
 const INSERT_OPTIONS = ['step', 'queue', 'priority', 'concurrencyKey', 'correlationKey', 'correlationScope',
   'rateLimit', 'weight', 'eligibleAt', 'scheduleIn', 'onDuplicate', 'traceContext', 'debounce', 'throttle',
-  'onThrottle'];
+  'onThrottle', 'fairnessKey'];
 
 /** gd_insert's parameters, in order, the defaults where `options` says nothing. */
 function insertParameters(fsm, state, options) {
@@ -20,7 +20,7 @@ function insertParameters(fsm, state, options) {
   return [fsm, JSON.stringify(state ?? {}), o.step ?? null, o.queue ?? null, o.priority, o.concurrencyKey ?? null,
     o.correlationKey ?? null, o.correlationScope ?? null, o.rateLimit ?? null, o.weight, o.eligibleAt ?? null,
     interval(o.scheduleIn) ?? null, o.onDuplicate, o.traceContext ?? null, interval(o.debounce) ?? null,
-    interval(o.throttle) ?? null, o.onThrottle];
+    interval(o.throttle) ?? null, o.onThrottle, o.fairnessKey ?? null];
 }
 
 /** A pooler (or another proxy) sits between us when the server does not listen on the port reached. */

@@ -38,6 +38,8 @@ export interface InsertOptions {
   /** At most one instance of the key per period; the others dropped (null) or queued, as onThrottle says. */
   throttle?: Seconds;
   onThrottle?: 'drop' | 'queue';
+  /** Its share of its owner's part of a queue: instances of one key are picked beside those of others. */
+  fairnessKey?: string;
 }
 /** An entry of insertAll, or a child of spawn: insert's options but onDuplicate. */
 export type InsertEntry = Omit<InsertOptions, 'onDuplicate'>;

@@ -26,7 +26,7 @@ const ENTRY_OPTIONS = {
   fsm: 'fsm', state: 'state', step: 'step', queue: 'queue', priority: 'priority', concurrencyKey: 'concurrency_key',
   correlationKey: 'correlation_key', correlationScope: 'correlation_scope', rateLimit: 'rate_limit', weight: 'weight',
   eligibleAt: 'eligible_at', scheduleIn: 'schedule_in', traceContext: 'trace_context', debounce: 'debounce',
-  throttle: 'throttle', onThrottle: 'on_throttle',
+  throttle: 'throttle', onThrottle: 'on_throttle', fairnessKey: 'fairness_key',
 };
 /* The entry options given in seconds, sent as intervals. */
 const INTERVAL_OPTIONS = new Set(['scheduleIn', 'debounce', 'throttle']);

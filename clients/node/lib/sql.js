@@ -22,7 +22,7 @@ function apiStatements(api) {
                             correlation_key => $7, correlation_scope => $8, rate_limit => $9, weight => $10,
                             eligible_at => $11, schedule_in => $12::interval, on_duplicate => $13,
                             trace_context => $14, debounce => $15::interval, throttle => $16::interval,
-                            on_throttle => $17) AS id`,
+                            on_throttle => $17, fairness_key => $18) AS id`,
     insertAll: `SELECT i.id FROM ${api}.gd_insert_all($1, $2) AS i(id)`,
     // The target's type picks the overload: an instance id, or a correlation key.
     signalById: `SELECT ${api}.gd_signal($1::bigint, $2, $3, dedup_key => $4, missing_ok => $5, expires => $6::interval) AS sent`,

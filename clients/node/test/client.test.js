@@ -85,6 +85,11 @@ test('insert: debounce and throttle', async (t) => {
   const ids = await client.insertAll(fsm, [{ correlationKey: bulk, throttle: 3600 },
     { correlationKey: bulk, throttle: 3600 }, { correlationKey: bulk, throttle: 3600, onThrottle: 'queue' }]);
   assert.equal(ids.length, 2, 'the second dropped, the third queued');
+  const fair = await client.insert(fsm, {}, { fairnessKey: 'tenant-7' });
+  const [child] = await client.insertAll(fsm, [{ fairnessKey: 'tenant-8' }]);
+  const { rows } = await s.db.query('SELECT fairness_key FROM gd.instances WHERE id = ANY ($1) ORDER BY id',
+    [[fair, child]]);
+  assert.deepEqual(rows.map((r) => r.fairness_key), ['tenant-7', 'tenant-8']);
 });
 
 test('insertAll', async (t) => {

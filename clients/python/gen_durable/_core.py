@@ -46,7 +46,8 @@ class Statements:
             " rate_limit => %(rate_limit)s, weight => %(weight)s, eligible_at => %(eligible_at)s,"
             " schedule_in => %(schedule_in)s::interval, on_duplicate => %(on_duplicate)s,"
             " trace_context => %(trace_context)s, debounce => %(debounce)s::interval,"
-            " throttle => %(throttle)s::interval, on_throttle => %(on_throttle)s)")
+            " throttle => %(throttle)s::interval, on_throttle => %(on_throttle)s,"
+            " fairness_key => %(fairness_key)s)")
         self.insert_all = f"SELECT {api}.gd_insert_all(%s, %s)"
         self.signal = f"SELECT {api}.gd_signal(%s, %s, %s, dedup_key => %s, missing_ok => %s, expires => %s::interval)"
         self.wait = f"SELECT status, step, attempt, result, error FROM {api}.gd_await(%s, %s::interval, %s)"
@@ -136,12 +137,13 @@ def insert_parameters(fsm: str, state: Optional[Mapping], options: Mapping[str, 
     """gd_insert's arguments by name, the defaults where `options` says nothing."""
     unknown = set(options) - {"step", "queue", "priority", "concurrency_key", "correlation_key", "correlation_scope",
                               "rate_limit", "weight", "eligible_at", "schedule_in", "on_duplicate", "trace_context",
-                              "debounce", "throttle", "on_throttle"}
+                              "debounce", "throttle", "on_throttle", "fairness_key"}
     if unknown:
         raise TypeError(f"unknown insert options: {', '.join(sorted(unknown))}")
     parameters: Dict[str, Any] = dict(step=None, queue=None, priority=0, concurrency_key=None, correlation_key=None,
                       correlation_scope=None, rate_limit=None, weight=1, eligible_at=None, schedule_in=None,
-                      on_duplicate="error", trace_context=None, debounce=None, throttle=None, on_throttle="drop")
+                      on_duplicate="error", trace_context=None, debounce=None, throttle=None, on_throttle="drop",
+                      fairness_key=None)
     parameters.update(options)
     parameters.update(fsm=fsm, state=jsonb(state if state is not None else {}),
                       schedule_in=interval(parameters["schedule_in"]), debounce=interval(parameters["debounce"]),

@@ -69,8 +69,8 @@ class Client:
     def insert(self, fsm: str, state: Optional[Mapping] = None, **options) -> Optional[int]:
         """gd_insert: the new instance's id (options by name: step, queue, priority, concurrency_key,
         correlation_key, correlation_scope, rate_limit, weight, eligible_at, schedule_in (seconds),
-        on_duplicate, trace_context: a W3C traceparent, debounce and throttle (seconds), on_throttle); the pending
-        instance a debounced insert joined; None when on_duplicate='skip' skipped it or on_throttle='drop' dropped
+        on_duplicate, trace_context: a W3C traceparent, debounce and throttle (seconds), on_throttle, fairness_key);
+        the pending instance a debounced insert joined; None when on_duplicate='skip' skipped it or on_throttle='drop' dropped
         it."""
         return self._one(self._sql().insert, _core.insert_parameters(fsm, state, options))
 

@@ -82,6 +82,11 @@ class ClientTest(ServerTest):
         self.assertEqual(self.status(queued)[0], "runnable")
         entries = [{"correlation_key": self.name("bulk"), "throttle": "1 hour"}] * 2
         self.assertEqual(len(self.client.insert_all(self.fsm, entries)), 1, "the second entry dropped")
+        fair = self.client.insert(self.fsm, fairness_key="tenant-7")
+        [entry] = self.client.insert_all(self.fsm, [{"fairness_key": "tenant-8"}])
+        keys = self.db.execute("SELECT fairness_key FROM gd.instances WHERE id = ANY (%s) ORDER BY id",
+                                  ([fair, entry],)).fetchall()
+        self.assertEqual([k for (k,) in keys], ["tenant-7", "tenant-8"])
 
     def test_insert_all(self):
         ids = self.client.insert_all(self.fsm, [{"state": {"n": n}} for n in range(5)])
