@@ -173,7 +173,7 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
     ('migrate_all(fsm text, from_version int, to_version int, step_map jsonb)', 'SETOF int', 'ALL',
      'SELECT @api@.gd_migrate(fsm, from_version, to_version, step_map)'),
     ('set_owner_weight_all(owner text, weight int)', 'SETOF int', 'ALL',
-     'SELECT 1 FROM @api@.gd_set_owner_weight(CAST(owner AS pg_catalog.regrole), weight)'),
+     'SELECT 1 FROM @api@.gd_set_owner_weight(owner::pg_catalog.regrole, weight)'),
     ('set_concurrency_limit_all(name text, max int, shared boolean, scope text)', 'SETOF int', 'ALL',
      'SELECT 1 FROM @api@.gd_set_concurrency_limit(name, max, shared, scope)'),
     ('drop_limit_all(name text, rate boolean)', 'SETOF boolean', 'ALL',

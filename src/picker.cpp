@@ -165,18 +165,42 @@ bool lanes_share_a_priority(const FrontierView &view)
 
 /*
  * Share `amount` between n claimants by weight, none given more than it
- * wants (max-min fairness): in order of want per weight, each is given its
+ * wants.  With no more to give than claimants that want, one each, going
+ * round from the `first`-th of them (mod their number: the ones left out
+ * change from round to round).
+ * Else max-min fairly: in order of want per weight, each is given its
  * weighted part of what is left, or its want if less, so what the modest
- * leave over goes to the rest; the parts' rounding down is given out last,
- * one each.
+ * leave over goes to the others; the parts' rounding down is given out one
+ * each; and a claimant whose weight earned it nothing takes one from the
+ * one given most, so none starves behind heavier weights.
  */
-void share_by_weight(int n, const int *want, const int *weight, int amount, int *given)
+void share_by_weight(int n, const int *want, const int *weight, int amount, uint32 first, int *given)
 {
-    int *order = static_cast<int *>(palloc(sizeof(int) * Max(n, 1)));
+    int wanting = 0;
+    for (int i = 0; i < n; i++) {
+        given[i] = 0;
+        wanting += want[i] > 0 ? 1 : 0;
+    }
+    if (wanting >= amount) {
+        /* From the (first mod wanting)-th claimant that wants on, round. */
+        int skip = static_cast<int>(first % Max(wanting, 1));
+        for (int pass = 0; pass < 2 && amount > 0; pass++)
+            for (int i = 0, seen = 0; i < n && amount > 0; i++) {
+                if (want[i] == 0)
+                    continue;
+                bool in_pass = pass == 0 ? seen >= skip : seen < skip;
+                seen++;
+                if (in_pass) {
+                    given[i] = 1;
+                    amount--;
+                }
+            }
+        return;
+    }
+    int *order = static_cast<int *>(palloc(sizeof(int) * n));
     int64 weights_left = 0;
     for (int i = 0; i < n; i++) {
         order[i] = i;
-        given[i] = 0;
         weights_left += weight[i];
     }
     std::sort(order, order + n, [&](int a, int b) {
@@ -185,8 +209,7 @@ void share_by_weight(int n, const int *want, const int *weight, int amount, int 
     });
     for (int k = 0; k < n && amount > 0; k++) {
         int i = order[k];
-        int part = static_cast<int>(static_cast<int64>(amount) * weight[i] / weights_left);
-        given[i] = Min(want[i], part);
+        given[i] = Min(want[i], static_cast<int>(static_cast<int64>(amount) * weight[i] / weights_left));
         amount -= given[i];
         weights_left -= weight[i];
     }
@@ -198,6 +221,17 @@ void share_by_weight(int n, const int *want, const int *weight, int amount, int 
         }
     }
     pfree(order);
+    /* More was given than claimants want: one given none has a donor given two or more. */
+    for (int i = 0; i < n; i++) {
+        if (want[i] == 0 || given[i] > 0)
+            continue;
+        int most = 0;
+        for (int j = 1; j < n; j++)
+            if (given[j] > given[most])
+                most = j;
+        given[most]--;
+        given[i] = 1;
+    }
 }
 
 /*
@@ -205,9 +239,10 @@ void share_by_weight(int n, const int *want, const int *weight, int amount, int 
  * priority by priority (ascending) while rows remain; within a priority
  * between its owners by their weights, and an owner's part evenly between
  * its lanes (its fairness keys).  A lane with one row due gets it in this
- * batch; a lone lane gets the whole batch.
+ * batch (when the batch has a row for each); a lone lane gets the whole
+ * batch.  `round` turns who goes first when there are more lanes than rows.
  */
-void share_batch(const FrontierView &view, const int *due, const int *weights, int limit, int *quotas)
+void share_batch(const FrontierView &view, const int *due, const int *weights, int limit, uint32 round, int *quotas)
 {
     int *owner_want = static_cast<int *>(palloc(sizeof(int) * Max(view.count, 1)));
     int *owner_weight = static_cast<int *>(palloc(sizeof(int) * Max(view.count, 1)));
@@ -232,10 +267,10 @@ void share_batch(const FrontierView &view, const int *due, const int *weights, i
             owner_want[owners - 1] += due[end];
         }
         owner_first[owners] = end;
-        share_by_weight(owners, owner_want, owner_weight, left, owner_given);
+        share_by_weight(owners, owner_want, owner_weight, left, round, owner_given);
         for (int o = 0; o < owners; o++) {
             int first = owner_first[o], lanes = owner_first[o + 1] - first;
-            share_by_weight(lanes, due + first, even, owner_given[o], quotas + first);
+            share_by_weight(lanes, due + first, even, owner_given[o], round, quotas + first);
             left -= owner_given[o];
         }
     }
@@ -269,7 +304,8 @@ void lane_shares(const FrontierView &view, int limit, const DueCounts &counts, D
     }
     SPI_freetuptable(SPI_tuptable);
     int *quotas = static_cast<int *>(palloc(sizeof(int) * view.count));
-    share_batch(view, due, weights, limit, quotas);
+    static uint32 rounds_shared = 0;
+    share_batch(view, due, weights, limit, rounds_shared++, quotas);
     Datum *shares = static_cast<Datum *>(palloc(sizeof(Datum) * view.count));
     for (int i = 0; i < view.count; i++)
         shares[i] = Int32GetDatum(quotas[i]);

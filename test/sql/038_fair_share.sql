@@ -107,6 +107,19 @@ RESET ROLE;
 SELECT t.fair_run(2) AS entries_1;
 SELECT t.fair_run(2) AS entries_2;
 
+-- More keys with steps due than rows in a round: one each, the ones left
+-- out changing from round to round — three keys of 2 steps, rounds of 2,
+-- each key runs twice in three rounds.
+SET ROLE regress_gd_fair_a;
+SELECT count(gd_insert('fair_a', jsonb_build_object('k', k), fairness_key => k))
+  FROM unnest(ARRAY['p', 'q', 'r', 'p', 'q', 'r']) k;
+RESET ROLE;
+SELECT t.fair_run(2) IS DISTINCT FROM 'nothing' AS ran_1, t.fair_run(2) IS DISTINCT FROM 'nothing' AS ran_2,
+       t.fair_run(2) IS DISTINCT FROM 'nothing' AS ran_3;
+SELECT l.k, count(*) AS runs, count(DISTINCT l.round) AS rounds FROM t.fair_log l
+ WHERE l.round > (SELECT n FROM t.fair_round) - 3 GROUP BY l.k ORDER BY l.k;
+SELECT count(*) AS left_over FROM gd.instances WHERE fsm = 'fair_a' AND status = 'runnable';
+
 -- Priorities come first: B's two steps of priority -1 before any of A's.
 SET ROLE regress_gd_fair_a;
 SELECT count(gd_insert('fair_a')) FROM generate_series(1, 5);

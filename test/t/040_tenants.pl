@@ -436,7 +436,8 @@ is(superuser(q{
 is(superuser(q{
 	SELECT string_agg(c.relname, ', ' ORDER BY c.relname) FROM pg_class c, aclexplode(c.relacl) a
 	 WHERE c.relnamespace = 'gd'::regnamespace AND a.grantee = 0}),
-	'concurrency_limits, fsms, grants, instances, limit_stats, queue_stats, queues, rate_limits, schedules, signals, stats, '
+	'concurrency_limits, fsms, grants, instances, limit_stats, owner_weights, queue_stats, queues, rate_limits, schedules, '
+	  . 'signals, stats, '
 	  . 'status_changes, step_history, step_stats, steps, workers',
 	'PUBLIC reads the documented views');
 is(superuser(q{

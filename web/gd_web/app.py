@@ -192,7 +192,8 @@ class Dashboard:
     def schedules_page(self, request: Request) -> Response:
         with self.pool.connection() as conn:
             return self.render(request, "schedules.html", schedules=data.schedules(conn),
-                               rate_limits=data.rate_limits(conn), concurrency_limits=data.concurrency_limits(conn))
+                               rate_limits=data.rate_limits(conn), concurrency_limits=data.concurrency_limits(conn),
+                               owner_weights=data.owner_weights(conn))
 
     # -- actions -------------------------------------------------------------
 

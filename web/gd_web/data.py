@@ -286,6 +286,10 @@ def rate_limits(conn) -> List[Dict[str, Any]]:
          ORDER BY l.name""")
 
 
+def owner_weights(conn) -> List[Dict[str, Any]]:
+    return rows(conn, "SELECT w.owner::text AS owner, w.weight FROM gd.owner_weights w ORDER BY 1")
+
+
 # The statuses in which an instance holds a key, by the limit's scope (docs/reference.md, Flow control).
 HOLDING_STATUSES = {"step": ["runnable", "executing"],
                     "run": ["runnable", "executing", "awaiting_signal", "awaiting_children"]}

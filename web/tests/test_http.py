@@ -70,6 +70,11 @@ class AsOwner(AsRole):
         self.assertIn("&#34;n&#34;: 2", page)
         self.assertNotIn("debounced", self.client.get(f"/instances/{self.insert({'n': 3})}").text)
 
+    def test_instance_page_shows_its_fairness_key(self):
+        keyed = self.insert({"n": 1}, fairness_key="customer-<7>")
+        self.assertIn('<td id="fairness-key">customer-&lt;7&gt;</td>', self.client.get(f"/instances/{keyed}").text)
+        self.assertNotIn("fairness key", self.client.get(f"/instances/{self.insert({'n': 2})}").text)
+
     def test_signal_cancel_retry_and_bulk(self):
         order = self.insert({"n": 1})
         self.until(lambda: self.status(order) == "awaiting_signal", message="the wait")
@@ -235,6 +240,9 @@ class AsOwner(AsRole):
         self.assertIn(f"<td>web_rate_{self.tag}</td><td>10 per 0:01:00</td>", page.text)
         self.assertIn(f"<td>web_room_{self.tag}</td><td>2</td><td>no</td>\n<td>each step</td>", page.text)
         self.assertIn(f"<td>web_order_{self.tag}</td><td>1</td><td>no</td>\n<td>the whole run</td>", page.text)
+        self.db.execute("SELECT gd_set_owner_weight('web_shop', 3)")
+        self.addCleanup(self.db.execute, "SELECT gd_set_owner_weight('web_shop', 1)")
+        self.assertIn("<tr><td>web_shop</td><td>3</td></tr>", self.client.get("/schedules").text)
 
 
 class AsStranger(AsRole):
