@@ -67,7 +67,7 @@ $$;
 -- Signatures an earlier router.sql made that the ones below replace: left
 -- beside them, they would make a call that leaves out the new arguments
 -- ambiguous.  (gd_define_step and its PL/Proxy function before
--- backoff_jitter, and before batch.)  And results an earlier one returned that have grown: a
+-- backoff_jitter, before batch, and before chain.)  And results an earlier one returned that have grown: a
 -- function's result cannot change in place (queue_stats_all before held,
 -- with the view over it, made again below).
 DROP FUNCTION IF EXISTS gd_router.queue_stats_all() CASCADE;
@@ -87,6 +87,10 @@ DROP FUNCTION IF EXISTS gd_router.define_step_all(text, text, text, int, interva
                                                   boolean);
 SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_step(text, text, text, int, interval, interval, interval, '
                          'int, text, text, boolean)', :'api_schema') \gexec
+DROP FUNCTION IF EXISTS gd_router.define_step_all(text, text, text, int, interval, interval, interval, int, text, text,
+                                                  boolean, int, interval);
+SELECT pg_catalog.format('DROP FUNCTION IF EXISTS %I.gd_define_step(text, text, text, int, interval, interval, interval, '
+                         'int, text, text, boolean, int, interval)', :'api_schema') \gexec
 -- (gd_insert and its PL/Proxy function before fairness_key.)
 DROP FUNCTION IF EXISTS gd_router.insert(text, jsonb, text, text, int, text, text, text[], text, int, timestamptz,
                                          interval, text, text, interval, interval, text);
@@ -155,11 +159,11 @@ $$$proxy$, signature, returns, run_on, pg_catalog.replace(query, '@api@', pg_cat
                                   on_cancel)$$),
     ($$define_step_all(fsm text, step text, handler text, max_attempts int, backoff interval, max_backoff interval,
                        timeout interval, version int, rate_limit text, queue text, backoff_jitter boolean,
-                       batch int, batch_wait interval)$$,
+                       batch int, batch_wait interval, chain boolean)$$,
      'SETOF int', 'ALL',
      $$SELECT 1 FROM @api@.gd_define_step(fsm, step, handler::pg_catalog.regprocedure, max_attempts, backoff,
                                           max_backoff, timeout, version, rate_limit, queue, backoff_jitter,
-                                          batch, batch_wait)$$),
+                                          batch, batch_wait, chain)$$),
     ('grant_all(fsm text, role text, granted boolean)', 'SETOF boolean', 'ALL',
      $$SELECT CASE WHEN granted THEN (SELECT true FROM @api@.gd_grant(fsm, role::pg_catalog.regrole))
                    ELSE @api@.gd_revoke(fsm, role::pg_catalog.regrole) END$$),
@@ -298,9 +302,9 @@ SELECT pg_catalog.format($function$
                       backoff interval DEFAULT '1s', max_backoff interval DEFAULT '5m',
                       timeout interval DEFAULT NULL, version int DEFAULT NULL, rate_limit text DEFAULT NULL,
                       queue text DEFAULT NULL, backoff_jitter boolean DEFAULT true, batch int DEFAULT 1,
-                      batch_wait interval DEFAULT '0')$$, 'void',
+                      batch_wait interval DEFAULT '0', chain boolean DEFAULT true)$$, 'void',
      $$PERFORM gd_router.define_step_all(fsm, step, handler, max_attempts, backoff, max_backoff, timeout,
-                                         version, rate_limit, queue, backoff_jitter, batch, batch_wait)$$),
+                                         version, rate_limit, queue, backoff_jitter, batch, batch_wait, chain)$$),
     ('gd_grant(fsm text, role text)', 'void', 'PERFORM gd_router.grant_all(fsm, role, true)'),
     ('gd_revoke(fsm text, role text)', 'boolean',
      'RETURN (SELECT pg_catalog.bool_or(changed) FROM gd_router.grant_all(fsm, role, false) changed)'),

@@ -26,7 +26,12 @@
  * die — if the row is still the version the step started from, so a note
  * counted twice, or one left by a backup, changes nothing.  A row a round
  * holds is running again (it was picked before the count): its note is
- * counted later, and each further crash leaves a note of its own.
+ * counted later, and each further crash leaves a note of its own.  A step of
+ * a chain (run after the step picked, in the same round) that ends its
+ * executor rolls the whole round back: its attempt is counted against the
+ * step picked, the row's, its error naming the step that ran; that retry runs
+ * its step alone (a retry does not chain), so a step that crashes again is
+ * counted as itself.
  */
 #include "crashed_steps.hpp"
 #include "error_documents.hpp"
@@ -60,7 +65,7 @@ extern "C" {
 namespace {
 
 constexpr const char *NOTES_DIRECTORY = "gen_durable";
-constexpr uint32 NOTE_MAGIC = 0x67645331; /* "gdS1" */
+constexpr uint32 NOTE_MAGIC = 0x67645332; /* "gdS2" */
 
 /* Why the writer of a note ended. */
 enum class Cause : int32 {
@@ -78,6 +83,7 @@ struct StepNote {
     pg_atomic_uint32 cause;     /* a Cause */
     TimestampTz version;        /* the instance's updated_at when picked */
     int32 timeout_ms;           /* the step's timeout, for the message */
+    char step[NAMEDATALEN];     /* the step running: the row's, or one after it in a chain */
     pg_atomic_uint64 instance;  /* 0: no step in flight */
 };
 
@@ -159,23 +165,26 @@ bool writer_alive(pid_t pid)
     return alive;
 }
 
-const char *cause_message(Cause cause, const PickedInstance &row, int timeout_ms)
+const char *cause_message(Cause cause, const PickedInstance &row, const char *step, int timeout_ms)
 {
+    const char *chained = strcmp(step, row.step) == 0
+                              ? ""
+                              : psprintf(" (run after step \"%s\" in the same round)", row.step);
     switch (cause) {
     case Cause::terminated_itself:
-        return psprintf("gen_durable: step \"%s\" ended its own executor", row.step);
+        return psprintf("gen_durable: step \"%s\"%s ended its own executor", step, chained);
     case Cause::overran:
-        return psprintf("gen_durable: step \"%s\" ran past its timeout of %d ms and did not stop when cancelled; "
-                        "its executor was ended", row.step, timeout_ms);
+        return psprintf("gen_durable: step \"%s\"%s ran past its timeout of %d ms and did not stop when cancelled; "
+                        "its executor was ended", step, chained, timeout_ms);
     default:
-        return psprintf("gen_durable: the executor running step \"%s\" died (a crash or a kill)", row.step);
+        return psprintf("gen_durable: the executor running step \"%s\"%s died (a crash or a kill)", step, chained);
     }
 }
 
-Datum crash_error(Cause cause, const PickedInstance &row, int timeout_ms)
+Datum crash_error(Cause cause, const PickedInstance &row, const char *step, int timeout_ms)
 {
     return gd_error_document(row, ErrorFields{cause == Cause::overran ? "timeout" : "crashed",
-                                              cause_message(cause, row, timeout_ms)});
+                                              cause_message(cause, row, step, timeout_ms)});
 }
 
 /* What became of a note's step. */
@@ -183,7 +192,7 @@ enum class Counted { attempt, moved_on, running };
 
 /* Count the attempt of the step a note names, if its row is still the version the step started from.
  * A row locked by a round is running again: the note waits for a later count (or goes stale). */
-Counted count_attempt(int64 instance, TimestampTz version, Cause cause, int timeout_ms)
+Counted count_attempt(int64 instance, TimestampTz version, const char *step, Cause cause, int timeout_ms)
 {
     static SPIPlanPtr crashed_plan = nullptr;
     static SPIPlanPtr locked_plan = nullptr;
@@ -211,10 +220,10 @@ Counted count_attempt(int64 instance, TimestampTz version, Cause cause, int time
     std::optional<StepDefinition> def = gd_find_step(row.fsm, row.version, row.step);
     if (!def)
         return Counted::moved_on; /* the executors fail it when they pick it */
-    Transition t = gd_retry_transition(row, *def, crash_error(cause, row, timeout_ms), -1);
+    Transition t = gd_retry_transition(row, *def, crash_error(cause, row, step, timeout_ms), -1);
     gd_apply_transition(row.id, t, StatusWriter::crash);
     ereport(LOG, (errmsg("gen_durable: counted an attempt of instance " INT64_FORMAT ": %s", row.id,
-                         cause_message(cause, row, timeout_ms))));
+                         cause_message(cause, row, step, timeout_ms))));
     return Counted::attempt;
 }
 
@@ -254,6 +263,7 @@ void gd_note_step(const PickedInstance &row, int timeout_ms)
     my_note->database = MyDatabaseId;
     my_note->version = row.updated_at;
     my_note->timeout_ms = timeout_ms;
+    strlcpy(my_note->step, row.step, sizeof(my_note->step));
     pg_atomic_write_u32(&my_note->cause, static_cast<uint32>(Cause::none));
     my_note->magic = NOTE_MAGIC;
     pg_write_barrier();
@@ -289,7 +299,9 @@ bool gd_count_crashed_steps()
             continue;
         uint64 instance = pg_atomic_read_u64(&note->instance);
         if (note->magic == NOTE_MAGIC && instance != 0 && !writer_alive(note->writer)) {
-            Counted counted = count_attempt(static_cast<int64>(instance), note->version,
+            char step[NAMEDATALEN];
+            strlcpy(step, note->step, sizeof(step));
+            Counted counted = count_attempt(static_cast<int64>(instance), note->version, step,
                                             static_cast<Cause>(pg_atomic_read_u32(&note->cause)), note->timeout_ms);
             if (counted == Counted::running)
                 left = true;

@@ -60,7 +60,7 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
                                 "       (least(extract(epoch FROM s.max_backoff), 3162240000) * 1000000)::int8,"
                                 "       least(coalesce(ceil(extract(epoch FROM s.timeout) * 1000), 0), 2147483647 - 60000)::int4,"
                                 "       s.rate_limit, s.queue, f.history, s.handler IS NULL, s.backoff_jitter, s.batch,"
-                                "       (extract(epoch FROM s.batch_wait) * 1000000)::int8"
+                                "       (extract(epoch FROM s.batch_wait) * 1000000)::int8, s.chain"
                                 "  FROM gd._steps s JOIN gd._fsms f ON f.name = s.fsm AND f.version = s.version"
                                 " WHERE s.fsm = $1 AND s.version = $2 AND s.step = $3",
                                 3, types);
@@ -98,6 +98,7 @@ bool load_step(const char *fsm, int version, const char *step, StepDefinition *d
     def->backoff_jitter = DatumGetBool(SPI_getbinval(tuple, desc, 11, &isnull));
     def->batch = DatumGetInt32(SPI_getbinval(tuple, desc, 12, &isnull));
     def->batch_wait_us = DatumGetInt64(SPI_getbinval(tuple, desc, 13, &isnull));
+    def->chain = DatumGetBool(SPI_getbinval(tuple, desc, 14, &isnull));
     return true;
 }
 

@@ -25,6 +25,7 @@ extern int gd_retention_s;         /* gen_durable.retention, seconds */
 extern int gd_poll_interval_ms;    /* gen_durable.poll_interval */
 extern int gd_batch_size;          /* gen_durable.batch_size */
 extern int gd_batch_time_ms;       /* gen_durable.batch_time */
+extern int gd_chain_limit;         /* gen_durable.chain_limit */
 extern int gd_reaper_interval_ms;  /* gen_durable.reaper_interval */
 extern int gd_gc_interval_ms;      /* gen_durable.gc_interval */
 enum GdEvents { GD_EVENTS_OFF, GD_EVENTS_TRANSITIONS };

@@ -238,8 +238,8 @@ Datum outcome_state(const PickedInstance &row, HeapTupleHeader outcome)
 {
     bool isnull;
     Datum state = outcome_field(outcome, STATE, &isnull);
-    if (isnull)
-        return 0;
+    if (isnull) /* the state stays: the row's (0), or mid-chain the chain's, which the row does not hold yet */
+        return row.arrived_by != nullptr ? row.state : 0;
     if (!JB_ROOT_IS_OBJECT(DatumGetJsonbP(state)))
         bad_outcome(row, "the new state is not a JSON object");
     return state;

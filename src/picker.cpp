@@ -64,6 +64,7 @@ void gd_read_instance(HeapTuple tuple, TupleDesc desc, PickedInstance &row)
     Datum cancelled = SPI_getbinval(tuple, desc, 19, &isnull);
     row.cancelled = isnull ? 0 : datumCopy(cancelled, false, -1);
     row.fairness_lane = DatumGetInt32(SPI_getbinval(tuple, desc, 20, &isnull));
+    row.arrived_by = nullptr;
 }
 
 namespace {

@@ -16,6 +16,8 @@ extern "C" {
 
 constexpr int GD_MAX_BATCH = 1000; /* upper bound of gen_durable.batch_size */
 
+struct Transition;
+
 /* A row locked for a round.  Strings and jsonb live in the round's memory context. */
 struct PickedInstance {
     int64 id;
@@ -39,6 +41,10 @@ struct PickedInstance {
     Datum cancelled;       /* compensating: why and where a gd_cancel found it (ctx.cancelled); 0 when not */
     int32 fairness_lane;   /* its lane among its owner's rows (its fairness key's hash; 0 when none) */
     const char *queue;     /* where the current step runs (not among GD_INSTANCE_COLUMNS: its reader knows) */
+    /* In a chain (step_runner.cpp): the transition that brought the instance to
+     * this step in this round, its row not written yet (it carries those before
+     * it); nullptr: the row is as picked.  A chained step's visit_key is new. */
+    const Transition *arrived_by;
 };
 
 /* The columns gd_read_instance reads, in its order, for queries on gd._instances i. */

@@ -25,6 +25,7 @@ int gd_retention_s = 24 * 3600;
 int gd_poll_interval_ms = 1000;
 int gd_batch_size = 64;
 int gd_batch_time_ms = 20;
+int gd_chain_limit = 32;
 int gd_events = GD_EVENTS_OFF;
 int gd_reaper_interval_ms = 1000;
 int gd_gc_interval_ms = 60 * 1000;
@@ -213,6 +214,9 @@ void gd_define_settings()
                             "How long one executor batch should run before it commits: slower steps run fewer per batch.",
                             nullptr, &gd_batch_time_ms, 20, 1, 60 * 1000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
                             nullptr);
+    DefineCustomIntVariable("gen_durable.chain_limit",
+                            "Most steps of one instance an executor runs in one round, one after the other (1: none chained).",
+                            nullptr, &gd_chain_limit, 32, 1, 1000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("gen_durable.reaper_interval", "Longest sleep of the reaper between checks.", nullptr,
                             &gd_reaper_interval_ms, 1000, 10, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
                             nullptr);

@@ -24,6 +24,7 @@ struct StepDefinition {
     bool history;                 /* the FSM version keeps a step history */
     int batch;                    /* > 1: a batch step, its handler takes up to this many instances at once */
     int64 batch_wait_us;          /* how long a batch step's first waiting instance waits for its batch to fill */
+    bool chain;                   /* may run in a chain: after the step before it in the same round (step_runner.cpp) */
 };
 
 /*

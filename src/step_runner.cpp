@@ -18,6 +18,18 @@
  * transitions; a unit fails or succeeds whole.  A batch that cannot fill
  * waits, up to the step's batch_wait since its oldest row's last change
  * (hold_for_batches).
+ *
+ * Chains: an executor's step that goes on with gd_next to a step it can run
+ * now (same queue, no delay, in the database, not a batch step, no rate
+ * limit, a first attempt, both steps chain => true) runs that step too, in a
+ * further wave of the same round, up to gen_durable.chain_limit steps of the
+ * instance and while the round is within batch_time; its row is written once,
+ * where the chain stops (parks, ends, raises, or goes on in a later round),
+ * and the transitions before carry their telemetry along (RanStep.before).
+ * A chained step runs in the wave's subtransaction like any other: one that
+ * raises loses only its own effects, the steps before it commit with the row
+ * at the raising step.  A gd_cancel is honoured between waves.  gd._execute
+ * and gd_drain run one step per instance per call.
  */
 #include "step_runner.hpp"
 #include "concurrency_keys.hpp"
@@ -45,6 +57,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
@@ -54,6 +67,7 @@ extern "C" {
 
 #include <csignal>
 #include <type_traits>
+#include <utility>
 
 namespace {
 
@@ -76,6 +90,9 @@ struct Round {
     TransitionBatch written;   /* the plain transitions, written together at the end */
     int64 *cancelling;         /* instances a gd_cancel is stopping now: left be */
     int cancelling_count;
+    TimestampTz started;       /* chains go on while the round is within batch_time of this */
+    int *going_on;             /* rows whose instance goes on to its next step in the next wave (a chain) */
+    int going_on_count;
 };
 static_assert(std::is_trivially_destructible_v<Round>, "a Round lives in palloc'd memory");
 
@@ -153,10 +170,32 @@ void publish_cancel(int64 instance)
         pg_atomic_fetch_add_u32(&gd_shared->cancelling_backends, 1);
 }
 
-/* Leave a row its canceller is about to take for a second. */
-void hold_for_canceller(int64 instance)
+/* The cancels under way now, for the wave about to start (see cancels_under_way). */
+void note_cancels_under_way(Round &round)
 {
-    gd_postpone(instance, GetCurrentTimestamp() + USECS_PER_SEC);
+    if (round.slot == nullptr || pg_atomic_read_u32(&gd_shared->cancelling_backends) == 0) {
+        round.cancelling_count = 0;
+        return;
+    }
+    if (round.cancelling == nullptr)
+        round.cancelling = round_array<int64>(MaxBackends);
+    round.cancelling_count = cancels_under_way(round.cancelling);
+}
+
+/*
+ * Leave a row its canceller is about to take for a second: as picked, or,
+ * mid-chain, written where the chain got to (the steps that ran stay done).
+ */
+void leave_for_canceller(Round &round, const PickedInstance &row)
+{
+    TimestampTz until = GetCurrentTimestamp() + USECS_PER_SEC;
+    if (row.arrived_by == nullptr) {
+        gd_postpone(row.id, until);
+        return;
+    }
+    Transition arrived = *row.arrived_by;
+    arrived.to.eligible_at = until;
+    gd_write_transition_batched(round.written, row.id, arrived);
 }
 
 /* What the first pass decided for a picked row. */
@@ -169,11 +208,11 @@ enum class Disposition { handled, throttled, to_run };
  * their rate limits admit them: admit_and_hand_over), with their definition
  * copied into `def` (the cache may be emptied while handlers run).
  */
-Disposition prepare_step(const Round &round, const PickedInstance &row, StepDefinition &def)
+Disposition prepare_step(Round &round, const PickedInstance &row, StepDefinition &def)
 {
     for (int c = 0; c < round.cancelling_count; c++)
         if (round.cancelling[c] == row.id) {
-            hold_for_canceller(row.id);
+            leave_for_canceller(round, row);
             return Disposition::throttled;
         }
     std::optional<StepDefinition> found = gd_find_step(row.fsm, row.version, row.step);
@@ -455,7 +494,7 @@ void write_failed_attempt(Round &round, int u, ErrorData *edata, TimestampTz sta
     for (int i = unit_start(round, u); i < round.unit_end[u]; i++) {
         const PickedInstance &row = round.rows[round.to_run[i]];
         if (cancelled) {
-            hold_for_canceller(row.id);
+            leave_for_canceller(round, row);
             continue;
         }
         Transition t = gd_retry_transition(row, round.definitions[i], gd_error_json(edata, row), -1);
@@ -466,11 +505,63 @@ void write_failed_attempt(Round &round, int u, ErrorData *edata, TimestampTz sta
     FreeErrorData(edata);
 }
 
-/* The transitions of unit u, which ran, into the round's written batch. */
+/* How many steps of the instance ran in this round before the one it is at. */
+int steps_before(const PickedInstance &row)
+{
+    int count = 0;
+    for (const Transition *t = row.arrived_by; t != nullptr; t = t->ran.before)
+        count++;
+    return count;
+}
+
+/* Does the instance go on to its next step in this round (see "Chains" above)? */
+bool goes_on_in_round(const Round &round, const PickedInstance &row, const StepDefinition &def, const Transition &t)
+{
+    if (round.slot == nullptr || !def.chain || row.attempt > 1 || row.rate_limit != nullptr)
+        return false;
+    if (t.ran.event != StatEvent::step_next || t.to.status != Status::runnable || t.to.external || t.to.moved)
+        return false;
+    TimestampTz now = GetCurrentTimestamp();
+    if (t.to.eligible_at > now || now - round.started >= static_cast<int64>(gd_batch_time_ms) * 1000 ||
+        steps_before(row) + 1 >= gd_chain_limit)
+        return false;
+    std::optional<StepDefinition> next = gd_find_step(row.fsm, row.version, t.to.step);
+    return next && next->chain && !next->external && next->batch <= 1 && next->rate_limit[0] == '\0';
+}
+
+/* A new visit's idempotency key, as gen_random_uuid() makes the row's. */
+char *new_visit_key()
+{
+    return DatumGetCString(DirectFunctionCall1(uuid_out, OidFunctionCall0(F_GEN_RANDOM_UUID)));
+}
+
+/* The picked row, now at the step `t` goes on to: its row is written later, with `t` before it. */
+void enter_next_step(PickedInstance &row, const Transition &t)
+{
+    auto *arrived = static_cast<Transition *>(palloc(sizeof(Transition)));
+    *arrived = t;
+    row.arrived_by = arrived;
+    row.step = pstrdup(t.to.step);
+    if (t.to.state != 0)
+        row.state = t.to.state;
+    row.attempt = t.to.attempt;
+    row.resume = 0;
+    row.visit_key = new_visit_key();
+}
+
+/* The transitions of unit u, which ran: into the round's written batch, or on to the next wave (a chain). */
 void write_unit(Round &round, int u)
 {
-    for (int i = unit_start(round, u); i < round.unit_end[u]; i++)
-        gd_write_transition_batched(round.written, round.rows[round.to_run[i]].id, round.transitions[i]);
+    for (int i = unit_start(round, u); i < round.unit_end[u]; i++) {
+        PickedInstance &row = round.rows[round.to_run[i]];
+        const Transition &t = round.transitions[i];
+        if (goes_on_in_round(round, row, round.definitions[i], t)) {
+            enter_next_step(row, t);
+            round.going_on[round.going_on_count++] = round.to_run[i];
+        } else {
+            gd_write_transition_batched(round.written, row.id, t);
+        }
+    }
 }
 
 /*
@@ -514,6 +605,45 @@ bool run_together(Round &round)
     return false;
 }
 
+
+/*
+ * One wave of the round: the rows `wave` names, each at its step, prepared,
+ * admitted and run (see the runner's comment); the instances that go on to
+ * their next step are left in round.going_on.  Returns how many steps were
+ * handled; *ran_batch_calls is set when a batch step's call ran.
+ */
+int run_wave(Round &round, const int *wave, int wave_count, int demand, const DrainScope *drain,
+             bool *ran_batch_calls)
+{
+    round.to_run = round_array<int>(wave_count);
+    round.definitions = round_array<StepDefinition>(wave_count);
+    round.transitions = round_array<Transition>(wave_count);
+    round.to_run_count = 0;
+    round.going_on_count = 0;
+    int ran = 0;
+    for (int w = 0; w < wave_count; w++) {
+        int i = wave[w];
+        Disposition disposition = prepare_step(round, round.rows[i], round.definitions[round.to_run_count]);
+        if (disposition == Disposition::to_run)
+            round.to_run[round.to_run_count++] = i;
+        else if (disposition == Disposition::handled)
+            ran++;
+    }
+    hold_for_batches(round, demand, drain);
+    ran += admit_and_hand_over(round);
+    form_units(round);
+    for (int u = 0; u < round.unit_count; u++)
+        if (round.definitions[unit_start(round, u)].batch > 1)
+            *ran_batch_calls = true;
+    if (round.unit_count == 1 || (round.unit_count > 1 && last_batch_raised)) {
+        run_each_isolated(round, 0, round.unit_count);
+        last_batch_raised = false;
+    } else if (round.unit_count > 1) {
+        last_batch_raised = !run_together(round);
+    }
+    return ran;
+}
+
 } // namespace
 
 BatchRun gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const DrainScope *drain)
@@ -525,6 +655,7 @@ BatchRun gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const 
     Round &round = *static_cast<Round *>(palloc0(sizeof(Round)));
     round.queue = queue;
     round.slot = slot;
+    round.started = GetCurrentTimestamp();
     round.rows = round_array<PickedInstance>(demand);
     gd_begin_transitions(round.written, StatusWriter::step, demand);
     round.count = drain != nullptr ? gd_pick_to_drain(queue, demand, round.rows, batch_context, *drain)
@@ -535,32 +666,17 @@ BatchRun gd_execute_batch(const char *queue, int limit, WorkerSlot *slot, const 
     gd_count_queue_pick(queue, demand, round.count);
     if (slot != nullptr)
         gd_note_round(slot, demand, round.count);
-    if (slot != nullptr && round.count > 0 && pg_atomic_read_u32(&gd_shared->cancelling_backends) > 0) {
-        round.cancelling = round_array<int64>(MaxBackends);
-        round.cancelling_count = cancels_under_way(round.cancelling);
-    }
-    round.to_run = round_array<int>(round.count);
-    round.definitions = round_array<StepDefinition>(round.count);
-    round.transitions = round_array<Transition>(round.count);
-    int ran = 0;
-    for (int i = 0; i < round.count; i++) {
-        Disposition disposition = prepare_step(round, round.rows[i], round.definitions[round.to_run_count]);
-        if (disposition == Disposition::to_run)
-            round.to_run[round.to_run_count++] = i;
-        else if (disposition == Disposition::handled)
-            ran++;
-    }
-    hold_for_batches(round, demand, drain);
-    ran += admit_and_hand_over(round);
-    form_units(round);
+    int *wave = round_array<int>(round.count);
+    for (int i = 0; i < round.count; i++)
+        wave[i] = i;
+    round.going_on = round_array<int>(round.count);
+    int wave_count = round.count, ran = 0;
     bool ran_batch_calls = false;
-    for (int u = 0; u < round.unit_count && !ran_batch_calls; u++)
-        ran_batch_calls = round.definitions[unit_start(round, u)].batch > 1;
-    if (round.unit_count == 1 || (round.unit_count > 1 && last_batch_raised)) {
-        run_each_isolated(round, 0, round.unit_count);
-        last_batch_raised = false;
-    } else if (round.unit_count > 1) {
-        last_batch_raised = !run_together(round);
+    while (wave_count > 0) {
+        note_cancels_under_way(round);
+        ran += run_wave(round, wave, wave_count, demand, drain, &ran_batch_calls);
+        std::swap(wave, round.going_on);
+        wave_count = round.going_on_count;
     }
     gd_flush_transitions(round.written);
     gd_release_concurrency_keys();
@@ -593,9 +709,9 @@ GD_SQL_FUNCTION(gd_interrupt_step)
             pid = slot.pid;
         }
     LWLockRelease(gd_shared->lock);
-    if (pid != 0) {
-        publish_cancel(static_cast<int64>(instance));
+    /* Published whether or not a step of it runs now: a round holding it mid-chain lets go at its next step. */
+    publish_cancel(static_cast<int64>(instance));
+    if (pid != 0)
         (void) kill(pid, terminate ? SIGTERM : SIGINT);
-    }
     PG_RETURN_BOOL(pid != 0);
 }

@@ -63,6 +63,12 @@ Transition gd_transition_from(const PickedInstance &row)
     t.ran.attempt = row.attempt;
     t.ran.event = StatEvent::count_;
     t.ran.compensating = row.cancelled != 0;
+    t.ran.before = row.arrived_by;
+    if (row.arrived_by != nullptr) {
+        /* Mid-chain the row holds the state and visit the chain began with: this step's are written. */
+        t.to.state = row.state;
+        t.to.visit_key = row.visit_key;
+    }
     return t;
 }
 
@@ -104,15 +110,16 @@ void prepare_plans()
     if (spawn_plan != nullptr)
         return; /* the last one prepared: all are (a failed preparation leaves the rest to the next call) */
     if (update_plan == nullptr) {
-        Oid types[17] = {INT8OID,  TEXTOID, TEXTOID,      JSONBOID,       INT4OID, TIMESTAMPTZOID, JSONBOID, JSONBOID,
+        Oid types[18] = {INT8OID,  TEXTOID, TEXTOID,      JSONBOID,       INT4OID, TIMESTAMPTZOID, JSONBOID, JSONBOID,
                          BOOLOID,  TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, BOOLOID, BOOLOID,        TEXTOID,  TEXTARRAYOID,
-                         BOOLOID};
+                         BOOLOID,  TEXTOID};
         update_plan = gd_prepare_kept("UPDATE gd._instances SET status = $2, step = $3, state = coalesce($4, state),"
                                       "       attempt = $5, eligible_at = $6, result = $7, error = $8, external = $9,"
                                       "       wait_names = $10, wait_deadline = $11, wait_then_step = $12,"
-                                      "       resume = CASE WHEN $13 THEN resume END,"
-                                      "       visit_key = CASE WHEN $13 OR $2 = ANY (gd._terminal_statuses()) THEN visit_key"
-                                      "                        ELSE gen_random_uuid() END,"
+                                      /* $18: the key of a visit begun in the round (a chain's step) */
+                                      "       resume = CASE WHEN $13 AND $18 IS NULL THEN resume END,"
+                                      "       visit_key = CASE WHEN $13 OR $2 = ANY (gd._terminal_statuses())"
+                                      "                        THEN coalesce($18::uuid, visit_key) ELSE gen_random_uuid() END,"
                                       /* moved ($14): gd._route($15, the home queue) */
                                       "       queue = CASE WHEN $14 THEN coalesce($15, home_queue, queue) ELSE queue END,"
                                       "       home_queue = CASE WHEN NOT $14 THEN home_queue"
@@ -125,7 +132,7 @@ void prepare_plans()
                                       /* $16: the writer's from-statuses; $17: compensating when picked */
                                       " WHERE id = $1 AND status = ANY ($16) AND (cancelled IS NOT NULL) = $17"
                                       " RETURNING queue, priority, owner, fairness_lane, eligible_at, id",
-                                      17, types);
+                                      18, types);
     }
     Oid follow_up_types[2] = {INT8OID, JSONBOID};
     if (wake_if_signalled_plan == nullptr)
@@ -155,6 +162,8 @@ namespace {
 /* What follows a written transition, whichever way it was written (history rows into `history`, if given). */
 void after_transition(int64 id, const Transition &t, HistoryBatch *history = nullptr)
 {
+    if (t.ran.before != nullptr)
+        after_transition(id, *t.ran.before, history); /* a chain: its steps in the order they ran */
     if (t.ran.event != StatEvent::count_ || t.ran.lost)
         gd_record_finished_step(id, t, history);
     if (t.to.status == Status::awaiting_signal) {
@@ -193,7 +202,7 @@ void gd_write_transition(int64 id, const Transition &t, StatusWriter writer)
 {
     gd_status_change_check(writer, t.to.status);
     prepare_plans();
-    Datum args[17] = {Int64GetDatum(id),   CStringGetTextDatum(gd_status_name(t.to.status)),
+    Datum args[18] = {Int64GetDatum(id),   CStringGetTextDatum(gd_status_name(t.to.status)),
                       CStringGetTextDatum(t.to.step), t.to.state,
                       Int32GetDatum(t.to.attempt),    TimestampTzGetDatum(t.to.eligible_at),
                       t.to.result,            t.to.error,
@@ -201,10 +210,10 @@ void gd_write_transition(int64 id, const Transition &t, StatusWriter writer)
                       TimestampTzGetDatum(t.to.wait_deadline), t.to.then_step ? CStringGetTextDatum(t.to.then_step) : 0,
                       BoolGetDatum(t.to.same_visit), BoolGetDatum(t.to.moved),
                       t.to.route ? CStringGetTextDatum(t.to.route) : 0, gd_statuses_before(writer),
-                      BoolGetDatum(t.ran.compensating)};
-    char nulls[17] = {' ', ' ', ' ', t.to.state ? ' ' : 'n', ' ', ' ', t.to.result ? ' ' : 'n', t.to.error ? ' ' : 'n', ' ',
+                      BoolGetDatum(t.ran.compensating), t.to.visit_key ? CStringGetTextDatum(t.to.visit_key) : 0};
+    char nulls[18] = {' ', ' ', ' ', t.to.state ? ' ' : 'n', ' ', ' ', t.to.result ? ' ' : 'n', t.to.error ? ' ' : 'n', ' ',
                       t.to.wait_names ? ' ' : 'n', t.to.wait_deadline ? ' ' : 'n', t.to.then_step ? ' ' : 'n', ' ', ' ',
-                      t.to.route ? ' ' : 'n', ' ', ' '};
+                      t.to.route ? ' ' : 'n', ' ', ' ', t.to.visit_key ? ' ' : 'n'};
     if (gd_execute_kept(update_plan, args, nulls, false, 0) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transition of instance " INT64_FORMAT, id);
     if (SPI_processed == 0) {
@@ -248,17 +257,17 @@ void gd_flush_transitions(TransitionBatch &batch)
         return;
     prepare_plans();
     if (batch_update_plan == nullptr) {
-        Oid types[12] = {INT8ARRAYOID, TEXTARRAYOID,        TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
+        Oid types[13] = {INT8ARRAYOID, TEXTARRAYOID,        TEXTARRAYOID, JSONBARRAYOID, INT4ARRAYOID,
                          TIMESTAMPTZARRAYOID, JSONBARRAYOID, JSONBARRAYOID, BOOLARRAYOID, BOOLARRAYOID, TEXTARRAYOID,
-                         BOOLARRAYOID};
+                         BOOLARRAYOID, TEXTARRAYOID};
         batch_update_plan = gd_prepare_kept(
             "UPDATE gd._instances i SET status = t.status, step = t.step, state = coalesce(t.state, i.state),"
             "       attempt = t.attempt, eligible_at = t.eligible_at, result = t.result, error = t.error,"
             "       external = t.external, wait_names = NULL, wait_deadline = NULL, wait_then_step = NULL,"
-            "       resume = CASE WHEN t.same_visit THEN i.resume END,"
+            "       resume = CASE WHEN t.same_visit AND t.visit_key IS NULL THEN i.resume END,"
             /* an instance that ends keeps its step's key: gd_retry(id) retries that visit */
-            "       visit_key = CASE WHEN t.same_visit OR t.status = ANY (gd._terminal_statuses()) THEN i.visit_key"
-            "                        ELSE gen_random_uuid() END,"
+            "       visit_key = CASE WHEN t.same_visit OR t.status = ANY (gd._terminal_statuses())"
+            "                        THEN coalesce(t.visit_key, i.visit_key) ELSE gen_random_uuid() END,"
             "       lease_owner = NULL, lease_token = NULL,"
             "       lease_expires_at = NULL, updated_at = clock_timestamp(),"
             "       finished_at = CASE WHEN t.status = ANY (gd._terminal_statuses()) THEN clock_timestamp() END"
@@ -266,17 +275,17 @@ void gd_flush_transitions(TransitionBatch &batch)
             "  FROM (SELECT unnest($1) AS id, unnest($2) AS status, unnest($3) AS step, unnest($4) AS state,"
             "               unnest($5) AS attempt, unnest($6) AS eligible_at, unnest($7) AS result,"
             "               unnest($8) AS error, unnest($9) AS external, unnest($10) AS same_visit,"
-            "               unnest($12) AS compensating) t"
+            "               unnest($12) AS compensating, unnest($13)::uuid AS visit_key) t"
             /* = ANY: an index scan of just these rows, whatever the join order */
             " WHERE i.id = t.id AND i.id = ANY ($1) AND i.status = ANY ($11) AND (i.cancelled IS NOT NULL) = t.compensating"
             " RETURNING i.id",
-            12, types);
+            13, types);
     }
     int n = batch.count;
     Datum *ids = datums(n), *statuses = datums(n), *steps = datums(n), *states = datums(n), *attempts = datums(n),
           *eligible = datums(n), *results = datums(n), *errors = datums(n), *externals = datums(n),
-          *keeps = datums(n), *compensating = datums(n);
-    bool *state_nulls = flags(n), *result_nulls = flags(n), *error_nulls = flags(n);
+          *keeps = datums(n), *compensating = datums(n), *visit_keys = datums(n);
+    bool *state_nulls = flags(n), *result_nulls = flags(n), *error_nulls = flags(n), *visit_key_nulls = flags(n);
     for (int i = 0; i < n; i++) {
         const Transition &t = batch.items[i];
         ids[i] = Int64GetDatum(batch.ids[i]);
@@ -293,13 +302,16 @@ void gd_flush_transitions(TransitionBatch &batch)
         externals[i] = BoolGetDatum(t.to.external);
         keeps[i] = BoolGetDatum(t.to.same_visit);
         compensating[i] = BoolGetDatum(t.ran.compensating);
+        visit_keys[i] = t.to.visit_key ? CStringGetTextDatum(t.to.visit_key) : 0;
+        visit_key_nulls[i] = t.to.visit_key == nullptr;
     }
-    Datum args[12] = {gd_array_of(ids, nullptr, n, INT8OID),          gd_array_of(statuses, nullptr, n, TEXTOID),
+    Datum args[13] = {gd_array_of(ids, nullptr, n, INT8OID),          gd_array_of(statuses, nullptr, n, TEXTOID),
                       gd_array_of(steps, nullptr, n, TEXTOID),        gd_array_of(states, state_nulls, n, JSONBOID),
                       gd_array_of(attempts, nullptr, n, INT4OID),     gd_array_of(eligible, nullptr, n, TIMESTAMPTZOID),
                       gd_array_of(results, result_nulls, n, JSONBOID), gd_array_of(errors, error_nulls, n, JSONBOID),
                       gd_array_of(externals, nullptr, n, BOOLOID),    gd_array_of(keeps, nullptr, n, BOOLOID),
-                      gd_statuses_before(batch.writer),               gd_array_of(compensating, nullptr, n, BOOLOID)};
+                      gd_statuses_before(batch.writer),               gd_array_of(compensating, nullptr, n, BOOLOID),
+                      gd_array_of(visit_keys, visit_key_nulls, n, TEXTOID)};
     batch.count = 0; /* before anything can fail: the caller's transaction is rolled back then */
     if (gd_execute_kept(batch_update_plan, args, nullptr, false, 0, KeptJoins::hashed) != SPI_OK_UPDATE_RETURNING)
         elog(ERROR, "gen_durable: could not record the transitions of %d instances", n);
@@ -311,7 +323,11 @@ void gd_flush_transitions(TransitionBatch &batch)
         written[w] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[w], SPI_tuptable->tupdesc, 1, &isnull));
     }
     qsort(written, written_count, sizeof(int64), compare_ids);
-    HistoryBatch *history = gd_begin_history(n);
+    int history_rows = 0; /* with the steps before each in a chain */
+    for (int i = 0; i < n; i++)
+        for (const Transition *t = &batch.items[i]; t != nullptr; t = t->ran.before)
+            history_rows++;
+    HistoryBatch *history = gd_begin_history(history_rows);
     for (int i = 0; i < n; i++)
         if (bsearch(&batch.ids[i], written, written_count, sizeof(int64), compare_ids) != nullptr)
             after_transition(batch.ids[i], batch.items[i], history);

@@ -33,6 +33,10 @@ struct Destination {
     /* A retry: the same visit of the step goes on, with the same ctx signals,
      * children and idempotency key (else the key is made anew). */
     bool same_visit;
+    /* A visit begun in this round (a chain's step): its key, which the row
+     * keeps where it keeps its visit (a retry, an end), with no resume;
+     * nullptr: the row's own. */
+    const char *visit_key;
 };
 
 /* The step that ran, for telemetry: gd.stats, the step history, the event stream. */
@@ -55,6 +59,9 @@ struct RanStep {
      * picked): the transition is written only while that is still so, so a
      * step a gd_cancel sent into compensation meanwhile does not write over it. */
     bool compensating;
+    /* The step run before it in the same round (a chain), whose row was never
+     * written: its telemetry, and that of the steps before it, goes first. */
+    const Transition *before;
 };
 
 /* Whom the transition concerns beyond its row. */

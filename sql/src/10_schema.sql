@@ -56,6 +56,9 @@ CREATE TABLE IF NOT EXISTS gd._steps (
     -- (1: one at a time); an in-database one waits up to batch_wait for a batch to fill.
     batch        int NOT NULL DEFAULT 1 CHECK (batch BETWEEN 1 AND 1000),
     batch_wait   interval NOT NULL DEFAULT '0' CHECK (batch_wait >= '0'),
+    -- false: never run in a chain (an executor running the step after the one
+    -- before it in the same round): its instance's row is written before and after it
+    chain        boolean NOT NULL DEFAULT true,
     PRIMARY KEY (fsm, version, step),
     FOREIGN KEY (fsm, version) REFERENCES gd._fsms ON DELETE CASCADE
 );

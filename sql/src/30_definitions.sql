@@ -128,7 +128,7 @@ LANGUAGE sql STABLE AS $$
                'handler', s.handler, 'max_attempts', s.max_attempts, 'backoff', s.backoff,
                'max_backoff', s.max_backoff, 'timeout', s.timeout, 'rate_limit', s.rate_limit, 'queue', s.queue,
                'backoff_jitter', s.backoff_jitter, 'batch', nullif(s.batch, 1),
-               'batch_wait', nullif(s.batch_wait, interval '0')))), '{}')
+               'batch_wait', nullif(s.batch_wait, interval '0'), 'chain', nullif(s.chain, true)))), '{}')
       FROM gd._steps s WHERE s.fsm = fsm_name AND s.version = fsm_version
 $$;
 
@@ -144,7 +144,7 @@ BEGIN
     END IF;
     SELECT string_agg(k, ', ') INTO unknown FROM jsonb_object_keys(options) k
      WHERE k NOT IN ('handler', 'max_attempts', 'backoff', 'max_backoff', 'timeout', 'rate_limit', 'queue',
-                     'backoff_jitter', 'batch', 'batch_wait');
+                     'backoff_jitter', 'batch', 'batch_wait', 'chain');
     IF unknown IS NOT NULL THEN
         PERFORM gd._bad_argument(format('unknown option %s of step %L', unknown, step_name));
     END IF;
@@ -166,7 +166,8 @@ BEGIN
                                gd._entry_cast(options, 'timeout', NULL::interval), fsm_version, options->>'rate_limit',
                                options->>'queue', gd._entry_bool(options, 'backoff_jitter', true),
                                gd._entry_int(options, 'batch', 1),
-                               coalesce(gd._entry_cast(options, 'batch_wait', NULL::interval), '0'));
+                               coalesce(gd._entry_cast(options, 'batch_wait', NULL::interval), '0'),
+                               gd._entry_bool(options, 'chain', true));
 END $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.gd_define_step(fsm text, step text, handler regprocedure DEFAULT NULL,
@@ -174,13 +175,14 @@ CREATE OR REPLACE FUNCTION @extschema@.gd_define_step(fsm text, step text, handl
                                            max_backoff interval DEFAULT '5m', timeout interval DEFAULT NULL,
                                            version int DEFAULT NULL, rate_limit text DEFAULT NULL,
                                            queue text DEFAULT NULL, backoff_jitter boolean DEFAULT true,
-                                           batch int DEFAULT 1, batch_wait interval DEFAULT '0')
+                                           batch int DEFAULT 1, batch_wait interval DEFAULT '0',
+                                           chain boolean DEFAULT true)
 RETURNS void LANGUAGE c AS 'MODULE_PATHNAME', 'gd_door';
 
 CREATE OR REPLACE FUNCTION gd._define_step_as(caller oid, fsm text, step text, handler regprocedure, max_attempts int,
                                    backoff interval, max_backoff interval, timeout interval, version int,
                                    rate_limit text, queue text, backoff_jitter boolean, batch int,
-                                   batch_wait interval)
+                                   batch_wait interval, chain boolean)
 RETURNS void LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
@@ -206,6 +208,9 @@ BEGIN
             gd._check_interval(timeout, 'timeout');
     IF backoff_jitter IS NULL THEN
         PERFORM gd._bad_argument(format('backoff_jitter of step %L must be true or false, got NULL', step));
+    END IF;
+    IF chain IS NULL THEN
+        PERFORM gd._bad_argument(format('chain of step %L must be true or false, got NULL', step));
     END IF;
     IF timeout < interval '1 millisecond' THEN
         PERFORM gd._bad_argument(format('timeout of step %L must be at least 1 millisecond, got %s', step, timeout));
@@ -235,14 +240,14 @@ BEGIN
     SELECT * INTO previous FROM gd._steps s
      WHERE s.fsm = fsm_row.name AND s.version = fsm_row.version AND s.step = _define_step_as.step;
     INSERT INTO gd._steps AS s (fsm, version, step, handler, max_attempts, backoff, max_backoff, timeout, rate_limit,
-                                queue, backoff_jitter, batch, batch_wait)
+                                queue, backoff_jitter, batch, batch_wait, chain)
     VALUES (fsm_row.name, fsm_row.version, step, handler::text, max_attempts, backoff, max_backoff, timeout, rate_limit,
-            queue, backoff_jitter, batch, batch_wait)
+            queue, backoff_jitter, batch, batch_wait, chain)
     ON CONFLICT ON CONSTRAINT _steps_pkey DO UPDATE
        SET handler = excluded.handler, max_attempts = excluded.max_attempts, backoff = excluded.backoff,
            max_backoff = excluded.max_backoff, timeout = excluded.timeout, rate_limit = excluded.rate_limit,
            queue = excluded.queue, backoff_jitter = excluded.backoff_jitter, batch = excluded.batch,
-           batch_wait = excluded.batch_wait;
+           batch_wait = excluded.batch_wait, chain = excluded.chain;
     IF previous.step IS NOT NULL AND previous.queue IS DISTINCT FROM queue THEN
         PERFORM gd._move_step(fsm_row.name, fsm_row.version, step, queue);
     END IF;
@@ -250,10 +255,10 @@ END $$;
 
 CREATE OR REPLACE FUNCTION gd._define_step(fsm text, step text, handler regprocedure, max_attempts int, backoff interval,
                                 max_backoff interval, timeout interval, version int, rate_limit text, queue text,
-                                backoff_jitter boolean, batch int, batch_wait interval)
+                                backoff_jitter boolean, batch int, batch_wait interval, chain boolean)
 RETURNS void LANGUAGE sql AS $$
     SELECT gd._define_step_as(gd._caller(), fsm, step, handler, max_attempts, backoff, max_backoff, timeout, version,
-                              rate_limit, queue, backoff_jitter, batch, batch_wait)
+                              rate_limit, queue, backoff_jitter, batch, batch_wait, chain)
 $$;
 
 -- A handler is a plain function f(state jsonb, ctx gd.context) RETURNS

@@ -91,11 +91,12 @@ ALTER TABLE gd._rate_buckets ADD COLUMN scope regrole NOT NULL, DROP CONSTRAINT 
     ADD CONSTRAINT _rate_buckets_pkey PRIMARY KEY (scope, key);
 
 -- Steps may run on queues of their own; their retries' backoff has jitter;
--- a step may take its instances in batches.
+-- a step may take its instances in batches, and stay out of chains.
 ALTER TABLE gd._steps ADD COLUMN queue text REFERENCES gd._queues,
     ADD COLUMN backoff_jitter boolean NOT NULL DEFAULT true,
     ADD COLUMN batch int NOT NULL DEFAULT 1 CHECK (batch BETWEEN 1 AND 1000),
-    ADD COLUMN batch_wait interval NOT NULL DEFAULT '0' CHECK (batch_wait >= '0');
+    ADD COLUMN batch_wait interval NOT NULL DEFAULT '0' CHECK (batch_wait >= '0'),
+    ADD COLUMN chain boolean NOT NULL DEFAULT true;
 
 -- Grants take effect on what resolves without naming the FSM once the
 -- grantee accepts them; those made under 0.1 keep the effect they had.
