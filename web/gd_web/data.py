@@ -263,7 +263,7 @@ def definition(conn, fsm: str, version: int) -> Dict[str, Any]:
                        "   AND version OPERATOR(pg_catalog.=) %s", [fsm, version])
     steps = rows(conn, "SELECT s.step, s.handler,"
                        "       s.max_attempts, s.backoff, s.max_backoff, s.timeout, s.rate_limit, s.queue,"
-                       "       s.batch, s.batch_wait"
+                       "       s.batch, s.batch_wait, s.chain"
                        "  FROM gd.steps s WHERE s.fsm OPERATOR(pg_catalog.=) %s"
                        "   AND s.version OPERATOR(pg_catalog.=) %s ORDER BY s.step",
                  [fsm, version])

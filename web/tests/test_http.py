@@ -199,11 +199,11 @@ class AsOwner(AsRole):
         queue = f"web_ext_{self.tag}"
         with psycopg.connect(dsn_as("web_shop"), autocommit=True) as shop:
             shop.execute("SELECT gd_define_fsm(%s, 'call', %s, steps => %s)",
-                         [f"web_ext_{self.tag}", queue, json.dumps({"call": {"batch": 10}})])
+                         [f"web_ext_{self.tag}", queue, json.dumps({"call": {"batch": 10, "chain": False}})])
             inserted = shop.execute("SELECT gd_insert(%s)", [f"web_ext_{self.tag}"]).fetchone()[0]
             self.assertEqual(shop.execute("SELECT count(*) FROM gd_claim(%s, 'web-worker-1', 1)", [queue]).fetchone()[0], 1)
-        # The definition shows the step's batch.
-        self.assertIn("<td>10</td></tr>", self.client.get(f"/instances/{inserted}").text)
+        # The definition shows the step's batch, and that it never runs in a chain.
+        self.assertIn("<td>10</td>\n<td>never chained</td></tr>", self.client.get(f"/instances/{inserted}").text)
         row = f"<td>web-worker-1</td><td>{queue}</td><td>1</td>"
         self.until(lambda: row in self.client.get("/").text, message="the claim on the overview (read every 5 s)")
 
