@@ -61,7 +61,8 @@ SET search_path = pg_catalog, pg_temp AS $$
                                   'backoff', s.backoff, 'max_backoff', s.max_backoff, 'timeout', s.timeout,
                                   'rate_limit', s.rate_limit, 'queue', s.queue,
                                   'backoff_jitter', s.backoff_jitter, 'batch', nullif(s.batch, 1),
-                                  'batch_wait', nullif(s.batch_wait, interval '0'))))
+                                  'batch_wait', nullif(s.batch_wait, interval '0'),
+                                  'chain', nullif(s.chain, true))))
                                 FROM gd.steps s WHERE s.fsm = f.name AND s.version = f.version), '{}'))
                     ORDER BY f.name, f.version) FROM gd.fsms f), '[]'),
         'grants', coalesce((SELECT jsonb_agg(jsonb_build_object('fsm', g.fsm, 'role', g.role::text,
