@@ -161,6 +161,15 @@ def table_figures(conn, tables):
     return int(dead or 0), int(size or 0)
 
 
+def size_breakdown(conn, tables):
+    """Each queue table's heap and each of its indexes, MiB, largest first: what a hold grows."""
+    rows = conn.execute(
+        "SELECT r::text, pg_relation_size(r) FROM unnest(%s::regclass[]) t,"
+        "       LATERAL (SELECT t AS r UNION ALL SELECT indexrelid::regclass FROM pg_index WHERE indrelid = t) x"
+        " ORDER BY 2 DESC", (tables,)).fetchall()
+    return ", ".join(f"{name} {size / 2**20:.1f}" for name, size in rows)
+
+
 class Killer:
     """W9's chaos: pg_terminate_backend of a random engine executor twice a second until stop(),
     then of every connection of the system's own workers once."""
@@ -241,6 +250,8 @@ def run_scenario(system, scenario, rate, connect, log):
     phase = "clean"
     try:
         for end in range(BUCKET_S, clean + middle + recovery + 1, BUCKET_S):
+            if (phase == "clean" and end > clean) or (phase == scenario and end > clean + middle):
+                log(f"      MiB at the end of {phase}: {size_breakdown(admin, system.tables)}")
             if phase == "clean" and end > clean:
                 phase = scenario
                 if scenario == "hold":
@@ -283,6 +294,7 @@ def run_scenario(system, scenario, rate, connect, log):
             killer.stop()
         producer.stop()
         sampler.stop()
+    log(f"      MiB at the end: {size_breakdown(admin, system.tables)}")
     # The last of the backlog, so the next system starts clean.
     deadline = time.monotonic() + 120
     while ledger.done < producer.arrivals and time.monotonic() < deadline:
