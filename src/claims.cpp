@@ -537,19 +537,48 @@ GD_SQL_FUNCTION(gd_complete_all)
 
 namespace {
 
-/* Reclaim up to `batch` expired leases; returns how many. */
-int reclaim_expired_leases(int batch)
+/*
+ * Where this process's scans for expired leases go on from: every claim
+ * leaves an entry in the lease index, and while a long transaction holds
+ * the horizon the entries of claims long completed stay, dead but not
+ * removable, ahead of the live ones, so a scan from the front would visit
+ * all of them every round.  A scan that finds none left expired moves the
+ * mark to its own time; the scan goes back to the front every
+ * LEASE_RESCAN_US, for a row it skipped (locked by its completion, which
+ * rolled back) or a claim that committed after the mark passed its expiry.
+ */
+TimestampTz lease_scan_from = DT_NOBEGIN;
+TimestampTz lease_scan_from_front_at = 0;
+constexpr int64 LEASE_RESCAN_US = 10 * USECS_PER_SEC;
+
+/* Reclaim up to `batch` expired leases, the reaper's from its mark (`marked`), else from the front; returns how
+ * many. */
+int reclaim_expired_leases(int batch, bool marked)
 {
-    Datum args[1] = {Int32GetDatum(batch)};
+    TimestampTz now = GetCurrentTimestamp();
+    if (marked && now - lease_scan_from_front_at >= LEASE_RESCAN_US) {
+        lease_scan_from = DT_NOBEGIN;
+        lease_scan_from_front_at = now;
+    }
+    Datum args[3] = {Int32GetDatum(batch), TimestampTzGetDatum(now),
+                     TimestampTzGetDatum(marked ? lease_scan_from : DT_NOBEGIN)};
     if (gd_run_kept(expired_plan,
-                    "SELECT " CLAIMED_COLUMNS "  FROM gd._instances i"
-                    " WHERE i.status = " GD_STATUS(executing) " AND i.lease_expires_at < now()"
+                    "SELECT " CLAIMED_COLUMNS ", i.lease_expires_at FROM gd._instances i"
+                    " WHERE i.status = " GD_STATUS(executing) " AND i.lease_expires_at < $2"
+                    "   AND i.lease_expires_at >= $3"
                     " ORDER BY i.lease_expires_at LIMIT $1 FOR UPDATE OF i SKIP LOCKED",
-                    {INT4OID}, args, false, 0) != SPI_OK_SELECT)
+                    {INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, args, false, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: looking up expired leases failed");
     /* Keep the rows: each transition runs statements of its own. */
     SPITupleTable *expired = SPI_tuptable;
     int count = static_cast<int>(SPI_processed);
+    if (marked && count < batch) {
+        lease_scan_from = now;
+    } else if (marked) {
+        bool isnull;
+        lease_scan_from = DatumGetTimestampTz(
+            SPI_getbinval(expired->vals[count - 1], expired->tupdesc, expired->tupdesc->natts, &isnull));
+    }
     for (int i = 0; i < count; i++)
         reclaim(read_claimed(expired->vals[i], expired->tupdesc));
     if (count > 0) {
@@ -571,20 +600,25 @@ int checked_batch(FunctionCallInfo fcinfo)
 
 TimestampTz gd_expire_leases(int batch)
 {
-    if (reclaim_expired_leases(batch) >= batch)
+    if (reclaim_expired_leases(batch, true) >= batch)
         return GetCurrentTimestamp(); /* a full batch may leave more: go again */
     static SPIPlanPtr announce_plan = nullptr, next_plan = nullptr;
     if (gd_run_kept(announce_plan, "SELECT gd._announce_due_external()", {}, nullptr, false, 1) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: announcing external work come due failed");
     /* Leases already expired but locked by their worker's gd_complete are
-     * not waited for here: they are either completed or found next round. */
+     * not waited for here: they are either completed or found next round.
+     * Only the leases expiring before the reaper's next round anyway are
+     * looked at (under a held horizon the entries of the claims completed
+     * meanwhile are there too, dead). */
+    Datum horizon[1] = {Float8GetDatum(gd_reaper_interval_ms / 1000.0)};
     int result = gd_run_kept(next_plan,
                              "SELECT least((SELECT min(i.lease_expires_at) FROM gd._instances i"
-                             "               WHERE i.status = " GD_STATUS(executing) " AND i.lease_expires_at >= now()),"
+                             "               WHERE i.status = " GD_STATUS(executing) " AND i.lease_expires_at >= now()"
+                             "                 AND i.lease_expires_at < now() + make_interval(secs => $1)),"
                              "             (SELECT min(i.eligible_at) FROM gd._instances i"
                              "               WHERE i.status = " GD_STATUS(runnable) " AND i.external AND i.lease_owner IS NULL"
                              "                 AND i.eligible_at > i.updated_at AND i.eligible_at > now()))",
-                             {}, nullptr, false, 1); /* a new snapshot: leases claimed since the round began */
+                             {FLOAT8OID}, horizon, false, 1); /* a new snapshot: leases claimed since the round began */
     if (result != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: looking up the next lease to expire failed");
     bool isnull;
@@ -597,7 +631,7 @@ GD_SQL_FUNCTION(gd_reclaim_leases)
 {
     int batch = checked_batch(fcinfo);
     SPI_connect();
-    int count = reclaim_expired_leases(batch);
+    int count = reclaim_expired_leases(batch, false);
     SPI_finish();
     PG_RETURN_INT32(count);
 }

@@ -193,10 +193,12 @@ DELETE FROM gd._instances WHERE fsm = 'xw_history';
 DELETE FROM gd._fsms WHERE name = 'xw_history';
 
 -- gd._expire_leases is the reaper's entry: it reclaims, and returns when it
--- next has work (the earliest lease to expire, or external work coming due).
+-- next has work (the earliest lease to expire before its next round anyway,
+-- reaper_interval from now, or external work coming due).
 BEGIN;
-SELECT gd._expire_leases() = least(
-         (SELECT min(lease_expires_at) FROM gd.instances WHERE status = 'executing'),
+SELECT gd._expire_leases() IS NOT DISTINCT FROM least(
+         (SELECT min(lease_expires_at) FROM gd.instances WHERE status = 'executing'
+             AND lease_expires_at < now() + current_setting('gen_durable.reaper_interval')::interval),
          (SELECT min(eligible_at) FROM gd.instances WHERE status = 'runnable' AND external AND eligible_at > now()))
        AS next_due;
 COMMIT;
