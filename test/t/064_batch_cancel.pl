@@ -15,7 +15,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use GdTest;
-use IPC::Run;
 
 $PostgreSQL::Test::Utils::timeout_default = 30;
 
@@ -57,17 +56,6 @@ SELECT count(*) FROM gd.workers w JOIN pg_stat_activity a USING (pid)
 	return ($first, grep { $_ != $first } @ids);
 }
 
-# gd_cancel in a session of its own, which may wait: its harness and output.
-sub start_cancel
-{
-	my ($id) = @_;
-	my %run = (out => '', err => '');
-	$run{harness} = IPC::Run::start(
-		[ 'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c', "SELECT gd_cancel($id, 'changed my mind')" ],
-		'>', \$run{out}, '2>', \$run{err});
-	return \%run;
-}
-
 # Polls until $_[0] of the instances $_[1] (a comma list) are at step b, not cancelled.
 sub poll_at_b
 {
@@ -81,7 +69,7 @@ sub ledger { return $node->safe_psql('postgres', "SELECT string_agg(instance || 
 # ---- 1. another instance of the call
 my ($first, @companions) = held_call();
 my $target = $companions[1];
-my $cancel = start_cancel($target);
+my $cancel = GdTest::start_cancel($node, $target);
 ok($node->poll_query_until('postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT gd_cancel(%' AND wait_event_type = 'Lock'}, '1'),
 	'the cancel of an instance that is not the first of the running call waits for a lock');
@@ -100,7 +88,7 @@ set_gate('false');
 
 # ---- 2. the first instance of the call
 ($first, @companions) = held_call();
-$cancel = start_cancel($first);
+$cancel = GdTest::start_cancel($node, $first);
 $cancel->{harness}->finish;
 is($cancel->{out}, "t\n", 'the cancel of the first instance of the running call returns true') or diag $cancel->{err};
 is($node->safe_psql('postgres', "SELECT status || ' ' || (error->>'step') FROM gd.instances WHERE id = $first"),

@@ -186,4 +186,16 @@ sub gate_run_until
 	return $count;
 }
 
+# gd_cancel($id) in a session of its own, which may wait (for the row a round
+# holds): its harness (->{harness}->finish to wait) and its output.
+sub start_cancel
+{
+	my ($node, $id) = @_;
+	my %run = (out => '', err => '');
+	$run{harness} = IPC::Run::start(
+		[ 'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c', "SELECT gd_cancel($id, 'changed my mind')" ],
+		'>', \$run{out}, '2>', \$run{err});
+	return \%run;
+}
+
 1;
