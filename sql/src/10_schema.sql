@@ -105,7 +105,7 @@ CREATE TABLE IF NOT EXISTS gd._instances (
     concurrency_key   text,
     gated             boolean NOT NULL DEFAULT false, -- waits for room under its concurrency key
     correlation_key   text,
-    correlation_scope text[] NOT NULL,
+    correlation_scope text[],            -- NULL without a correlation key (a third of a plain row's size)
     rate_limit        text,
     weight            int NOT NULL DEFAULT 1 CHECK (weight > 0),
     eligible_at       timestamptz NOT NULL DEFAULT now(),

@@ -151,6 +151,9 @@ BEGIN
         -- could be taken, and its resuming would then collide mid-run.
         correlation_scope := ARRAY(SELECT DISTINCT s FROM unnest(gd._live_statuses() || correlation_scope) s ORDER BY 1);
     END IF;
+    IF correlation_key IS NULL THEN
+        correlation_scope := NULL;   -- nothing to keep unique: a row's bytes saved in every version of it
+    END IF;
     IF on_duplicate IS NULL OR on_duplicate NOT IN ('error', 'existing', 'skip') THEN
         PERFORM gd._bad_argument(format('on_duplicate must be error, existing or skip, got %L', on_duplicate));
     END IF;
@@ -338,7 +341,7 @@ BEGIN
                                         fairness_lane)
         SELECT gd._status_after('insert', 'runnable'), fsm_row.name, fsm_row.version, fsm_row.owner, fsm_row.initial_step,
                fsm_row.state_defaults || coalesce(x.e->'state', '{}'),
-               route.queue, route.home_queue, first.handler IS NULL, gd._live_statuses(), now(),
+               route.queue, route.home_queue, first.handler IS NULL, NULL, now(),
                _insert_plain.parent_id, parent.trace_context, parent.fairness_key, gd._fairness_lane(parent.fairness_key)
           FROM jsonb_array_elements(entries) WITH ORDINALITY AS x(e, n)
          ORDER BY x.n

@@ -130,6 +130,9 @@ ALTER TYPE gd.context ADD ATTRIBUTE cancelled jsonb;
 -- Fair share: picks share a queue between lanes (priority, owner, fairness
 -- key); the pick and claim indexes are made again with the lane.
 ALTER TABLE gd._instances ADD COLUMN fairness_key text, ADD COLUMN fairness_lane int NOT NULL DEFAULT 0;
+
+-- An instance without a correlation key stores no scope (0.1's rows keep theirs).
+ALTER TABLE gd._instances ALTER COLUMN correlation_scope DROP NOT NULL;
 DROP INDEX IF EXISTS gd.instances_pick, gd.instances_claim;
 
 -- What 0.2 defines with another result type.
