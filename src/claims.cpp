@@ -603,8 +603,15 @@ TimestampTz gd_expire_leases(int batch)
     if (reclaim_expired_leases(batch, true) >= batch)
         return GetCurrentTimestamp(); /* a full batch may leave more: go again */
     static SPIPlanPtr announce_plan = nullptr, next_plan = nullptr;
-    if (gd_run_kept(announce_plan, "SELECT gd._announce_due_external()", {}, nullptr, false, 1) != SPI_OK_SELECT)
+    /* Where this process's last look that announced nothing ended (0: go by the table's mark). */
+    static TimestampTz looked_until = 0;
+    Datum since[1] = {TimestampTzGetDatum(looked_until)};
+    if (gd_run_kept(announce_plan, "SELECT gd._announce_due_external($1)", {TIMESTAMPTZOID}, since, false, 1,
+                    looked_until == 0 ? "n" : nullptr) != SPI_OK_SELECT || SPI_processed != 1)
         elog(ERROR, "gen_durable: announcing external work come due failed");
+    bool by_table;
+    Datum until = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &by_table);
+    looked_until = by_table ? 0 : DatumGetTimestampTz(until);
     /* Leases already expired but locked by their worker's gd_complete are
      * not waited for here: they are either completed or found next round.
      * Only the leases expiring before the reaper's next round anyway are

@@ -18,12 +18,17 @@
  * announced since it began allow: what committed after its snapshot it did
  * not see.
  *
- * A scan from the front remains: when a queue has no frontier yet, when an
- * announcement had no key, when more lanes are in use than the frontier
- * tracks, and every second or so for what nothing announces (a row changed
- * by hand, a row locked by a session that let go without a change, a
- * prepared transaction committed later) — less often when a scan from the
- * front is slow, which is when a held horizon has left many entries there.
+ * A pick scans from the front when a queue has no frontier yet, when an
+ * announcement had no key, and when more lanes are in use than the frontier
+ * tracks.  What nothing announces (a row changed by hand, a row locked by a
+ * session that let go without a change, a prepared transaction committed
+ * later) the reaper finds: every second or so it looks from the front of each
+ * queue and lowers the marks to the first row of each lane, as an
+ * announcement would — less often when its look is slow, which is when a
+ * held horizon has left many entries there.  That slow look is the reaper's,
+ * never a pick's: a pick that scanned from the front for it would hold up its
+ * round, and announcements overflowing the ring meanwhile would leave the
+ * frontier unknown, so that the next pick scanned from the front again.
  */
 #include "gen_durable.hpp"
 #include "guard.hpp"
@@ -37,9 +42,10 @@ extern "C" {
 
 namespace {
 
-/* Scans from the front: at least a second apart, and so far apart that they take at most 5% of the time. */
-constexpr int64 FRONT_SCAN_INTERVAL_US = USECS_PER_SEC;
-constexpr int64 FRONT_SCAN_SHARE = 20;
+/* The reaper's looks from the front: at least a second apart, and so far apart that they take at most 5% of
+ * its time. */
+constexpr int64 AUDIT_INTERVAL_US = USECS_PER_SEC;
+constexpr int64 AUDIT_SHARE = 20;
 
 struct Lock {
     explicit Lock(QueueFrontier *f) : frontier(f) { SpinLockAcquire(&frontier->mutex); }
@@ -84,7 +90,8 @@ QueueFrontier *find_or_make(Oid database, const char *queue, bool external, uint
         free_entry->scope = scope;
         strlcpy(free_entry->queue, queue, sizeof(free_entry->queue));
         free_entry->known = false;
-        free_entry->scan_us = 0;
+        free_entry->audited_at = 0;
+        free_entry->audit_us = 0;
         free_entry->count = 0;
         found = free_entry;
     }
@@ -182,28 +189,23 @@ FrontierView gd_frontier_view(const char *queue, bool external, uint32 scope)
     view.marks = static_cast<PickKey *>(palloc(sizeof(PickKey) * GD_FRONTIER_LANES));
     if (view.entry == nullptr)
         return view;
-    TimestampTz now = GetCurrentTimestamp();
     Lock lock(view.entry);
     QueueFrontier &f = *view.entry;
     view.announced = f.announced;
-    if (!f.known || now - f.scanned_at >= Max(FRONT_SCAN_INTERVAL_US, FRONT_SCAN_SHARE * f.scan_us)) {
-        f.scanned_at = now; /* one picker scans; the others go on from the marks meanwhile */
+    if (!f.known)
         return view;
-    }
     view.from_front = false;
     view.count = f.count;
     memcpy(view.marks, f.marks, sizeof(PickKey) * f.count);
     return view;
 }
 
-void gd_frontier_found(const FrontierView &view, const PickKey *firsts, int count, TimestampTz scan_started)
+void gd_frontier_found(const FrontierView &view, const PickKey *firsts, int count)
 {
     if (view.entry == nullptr)
         return;
-    TimestampTz now = GetCurrentTimestamp();
     Lock lock(view.entry);
     QueueFrontier &f = *view.entry;
-    f.scan_us = now - scan_started;
     PickKey current[GD_FRONTIER_LANES];
     int current_count = f.count;
     memcpy(current, f.marks, sizeof(PickKey) * f.count);
@@ -246,6 +248,48 @@ void gd_frontier_passed(const FrontierView &view, const PickKey *last, int count
         if (gd_key_less(f.marks[at], bound))
             f.marks[at] = bound;
     }
+}
+
+int gd_frontiers_to_audit(FrontierAudit *out, int max)
+{
+    if (gd_shared == nullptr)
+        return 0;
+    TimestampTz now = GetCurrentTimestamp();
+    int count = 0;
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    for (int i = 0; i < GD_MAX_FRONTIERS && count < max; i++) {
+        QueueFrontier &f = gd_shared->frontiers[i];
+        Lock lock(&f);
+        if (!f.in_use || f.database != MyDatabaseId || now - f.audited_at < Max(AUDIT_INTERVAL_US, AUDIT_SHARE * f.audit_us))
+            continue;
+        f.audited_at = now;
+        bool listed = false;
+        for (int j = 0; j < count && !listed; j++)
+            listed = out[j].external == f.external && strcmp(out[j].queue, f.queue) == 0;
+        if (!listed) {
+            strlcpy(out[count].queue, f.queue, sizeof(out[count].queue));
+            out[count++].external = f.external;
+        }
+    }
+    LWLockRelease(gd_shared->lock);
+    return count;
+}
+
+void gd_frontier_audited(const FrontierAudit &audit, const PickKey *firsts, int count, int64 audit_us)
+{
+    for (int i = 0; i < count; i++)
+        gd_frontier_announce(MyDatabaseId, audit.queue, audit.external, &firsts[i]);
+    TimestampTz now = GetCurrentTimestamp();
+    LWLockAcquire(gd_shared->lock, LW_SHARED);
+    for (int i = 0; i < GD_MAX_FRONTIERS; i++) {
+        QueueFrontier &f = gd_shared->frontiers[i];
+        Lock lock(&f);
+        if (of_queue(f, MyDatabaseId, audit.queue, audit.external)) {
+            f.audited_at = now;
+            f.audit_us = audit_us;
+        }
+    }
+    LWLockRelease(gd_shared->lock);
 }
 
 void gd_frontier_announce(Oid database, const char *queue, bool external, const PickKey *key)

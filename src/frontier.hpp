@@ -45,8 +45,8 @@ struct QueueFrontier {
     char queue[NAMEDATALEN];
     uint32 scope;            /* which FSMs' rows: 0 all of them, else a hash of the FSM names (a claim's) */
     bool known;              /* the marks hold: else the next pick scans from the front */
-    TimestampTz scanned_at;  /* the last scan from the front */
-    int64 scan_us;           /* how long it took */
+    TimestampTz audited_at;  /* the reaper's last look from the front */
+    int64 audit_us;          /* how long it took */
     int count;
     PickKey marks[GD_FRONTIER_LANES]; /* by lane, ascending */
     uint64 announced;        /* announcements so far; the last GD_FRONTIER_RING are in ring */
@@ -69,10 +69,20 @@ void gd_frontiers_init(QueueFrontier *frontiers);
  * only (a claim of the FSMs a worker may use passes the others' rows by:
  * their pickers have frontiers of their own). */
 FrontierView gd_frontier_view(const char *queue, bool external, uint32 scope = 0);
-/* A scan from the front, begun at scan_started, found these keys: the first row of each lane (ascending). */
-void gd_frontier_found(const FrontierView &view, const PickKey *firsts, int count, TimestampTz scan_started);
+/* A pick's scan from the front found these keys: the first row of each lane (ascending). */
+void gd_frontier_found(const FrontierView &view, const PickKey *firsts, int count);
 /* A pick from the view locked rows up to last[i] in the lane of last[i] (one per lane, ascending). */
 void gd_frontier_passed(const FrontierView &view, const PickKey *last, int count);
+
+/* A queue whose frontiers the reaper looks at from the front (frontier.cpp's header says why). */
+struct FrontierAudit {
+    char queue[NAMEDATALEN];
+    bool external;
+};
+/* This database's queues due for that look (up to max), each counted as looked at from now. */
+int gd_frontiers_to_audit(FrontierAudit *out, int max);
+/* The look found these keys, the first row of each lane, in audit_us: lower the queue's marks to them. */
+void gd_frontier_audited(const FrontierAudit &audit, const PickKey *firsts, int count, int64 audit_us);
 
 /* Rows of the queue at `key` or after may be runnable and unclaimed (nullptr: anywhere) — now, in shared
  * memory, in each of the queue's frontiers, whatever their scope. */

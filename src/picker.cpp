@@ -321,37 +321,45 @@ uint32 fsms_scope(Datum usable)
     return hash == 0 ? 1 : hash;
 }
 
-/* The queue's frontier to pick from: when it must be found from the front, found now. */
-FrontierView frontier_to_pick(const char *queue, bool external, uint32 scope = 0)
+/* The first row of each lane of the queue's in-database (or external) steps, ascending, in `firsts`
+ * (palloc'd); how many. */
+int first_rows(const char *queue, bool external, PickKey **firsts)
 {
     static SPIPlanPtr pick_firsts_plan = nullptr, claim_firsts_plan = nullptr;
-    FrontierView view = gd_frontier_view(queue, external, scope);
-    if (!view.from_front)
-        return view;
     SPIPlanPtr &plan = external ? claim_firsts_plan : pick_firsts_plan;
     if (plan == nullptr) {
         Oid types[1] = {TEXTOID};
         plan = gd_prepare_kept(external ? FIRST_ROWS(CLAIMABLE) : FIRST_ROWS(PICKABLE), 1, types);
     }
     Datum args[1] = {CStringGetTextDatum(queue)};
-    TimestampTz started = GetCurrentTimestamp();
     if (gd_execute_kept(plan, args, nullptr, true, 0) != SPI_OK_SELECT)
         elog(ERROR, "gen_durable: finding the first rows of queue \"%s\" failed", queue);
     int found = static_cast<int>(SPI_processed);
-    /* Every lane's first row: more lanes than a frontier tracks are all picked from the front. */
-    PickKey *firsts = static_cast<PickKey *>(palloc(sizeof(PickKey) * Max(found, 1)));
+    *firsts = static_cast<PickKey *>(palloc(sizeof(PickKey) * Max(found, 1)));
     for (int i = 0; i < found; i++) {
         HeapTuple row = SPI_tuptable->vals[i];
         TupleDesc desc = SPI_tuptable->tupdesc;
         bool isnull;
-        firsts[i] = PickKey{DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull)),
-                            DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull)),
-                            DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull)),
-                            DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &isnull)),
-                            DatumGetInt64(SPI_getbinval(row, desc, 5, &isnull))};
+        (*firsts)[i] = PickKey{DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull)),
+                               DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull)),
+                               DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull)),
+                               DatumGetTimestampTz(SPI_getbinval(row, desc, 4, &isnull)),
+                               DatumGetInt64(SPI_getbinval(row, desc, 5, &isnull))};
     }
     SPI_freetuptable(SPI_tuptable);
-    gd_frontier_found(view, firsts, found, started);
+    return found;
+}
+
+/* The queue's frontier to pick from: when it must be found from the front, found now. */
+FrontierView frontier_to_pick(const char *queue, bool external, uint32 scope = 0)
+{
+    FrontierView view = gd_frontier_view(queue, external, scope);
+    if (!view.from_front)
+        return view;
+    /* Every lane's first row: more lanes than a frontier tracks are all picked from the front. */
+    PickKey *firsts;
+    int found = first_rows(queue, external, &firsts);
+    gd_frontier_found(view, firsts, found);
     view.count = found;
     view.marks = firsts;
     return view;
@@ -407,6 +415,19 @@ int take_locked_rows(int result, PickedInstance *out, MemoryContext into, const 
 PickKey gd_pick_key(const PickedInstance &row)
 {
     return PickKey{row.priority, row.owner, row.fairness_lane, row.eligible_at, row.id};
+}
+
+void gd_audit_frontiers()
+{
+    FrontierAudit due[GD_MAX_FRONTIERS];
+    int count = gd_frontiers_to_audit(due, GD_MAX_FRONTIERS);
+    for (int i = 0; i < count; i++) {
+        TimestampTz started = GetCurrentTimestamp();
+        PickKey *firsts;
+        int found = first_rows(due[i].queue, due[i].external, &firsts);
+        gd_frontier_audited(due[i], firsts, found, GetCurrentTimestamp() - started);
+        pfree(firsts);
+    }
 }
 
 int gd_pick(const char *queue, int limit, PickedInstance *out, MemoryContext into)

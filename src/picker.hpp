@@ -54,6 +54,9 @@ struct PickedInstance {
     "i.visit_key::text, i.cancelled, i.fairness_lane"
 constexpr int GD_INSTANCE_COLUMN_COUNT = 20;
 
+/* The reaper's look from the front of each queue due for it, for rows nothing announced (frontier.cpp). */
+void gd_audit_frontiers();
+
 /* The row's place in the pick (or claim) index. */
 PickKey gd_pick_key(const PickedInstance &row);
 /* Read the columns of GD_INSTANCE_COLUMNS (in that order) into `row`, copied into CurrentMemoryContext. */

@@ -4,7 +4,8 @@
  * due ticks (sql/src/68_schedules.sql), ends timed-out waits,
  * resumes parents whose children have all ended, admits instances a
  * concurrency key has room for again, reclaims expired leases and announces
- * external work come due, then sleeps until the next deadline (at most
+ * external work come due, looks for runnable rows nothing announced (the
+ * queues' frontiers, frontier.cpp), then sleeps until the next deadline (at most
  * gen_durable.reaper_interval) or until a commit that ends a child wakes it.
  * gd_drain does the same for a tenant's instances, by its session's clock.
  * The instances' transitions are written by transition.cpp.
@@ -13,6 +14,7 @@
 #include "guard.hpp"
 #include "instance_status.hpp"
 #include "kept_plans.hpp"
+#include "picker.hpp"
 #include "resume.hpp"
 #include "rounds.hpp"
 #include "stats.hpp"
@@ -163,6 +165,7 @@ long gd_reaper_round()
     run_duty(repair_plan, "SELECT gd._repair_keys()");
     TimestampTz next = next_deadline();
     TimestampTz leases_next = gd_expire_leases(LEASES_PER_ROUND);
+    gd_audit_frontiers();
     if (leases_next != 0 && (next == 0 || leases_next < next))
         next = leases_next;
     long sleep_ms = gd_reaper_interval_ms;

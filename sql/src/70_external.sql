@@ -228,22 +228,31 @@ CREATE OR REPLACE FUNCTION gd._reclaim_leases(batch int) RETURNS int
 -- announcement.  Work whose eligible_at is not after its updated_at was
 -- eligible at the commit of that change, and announced then; the second of
 -- overlap covers a row committed just after the previous announcement looked.
-CREATE OR REPLACE FUNCTION gd._announce_due_external() RETURNS void
+-- The table's mark moves only when something is announced, so that an idle
+-- reaper writes nothing; but looking from it every round would walk the
+-- entries of every immediate row since (under a held horizon all dead, none
+-- removable).  So a look that announces nothing returns where it ended, and
+-- the caller's next look starts there (`since`; NULL: from the table's
+-- mark).  A look that announced returns NULL: its mark is the table's, which
+-- rolls back with its NOTIFY.
+CREATE OR REPLACE FUNCTION gd._announce_due_external(since timestamptz) RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 DECLARE
-    since timestamptz;
     due_queues text[];
 BEGIN
-    -- Read without a lock: an idle reaper writes nothing; two announcers at
-    -- once only announce a queue twice.
-    SELECT a.until INTO since FROM gd._external_due_announced a;
+    -- Read without a lock: two announcers at once only announce a queue twice.
+    IF since IS NULL THEN
+        SELECT a.until INTO since FROM gd._external_due_announced a;
+    END IF;
     SELECT array_agg(DISTINCT i.queue) INTO due_queues FROM gd._instances i
      WHERE i.status = 'runnable' AND i.external AND i.lease_owner IS NULL AND i.eligible_at > i.updated_at
        AND i.eligible_at > since - interval '1 second' AND i.eligible_at <= now();
     IF due_queues IS NOT NULL THEN
         PERFORM gd._notify_work_on_commit(q) FROM unnest(due_queues) q;
         UPDATE gd._external_due_announced SET until = now();
+        RETURN NULL;
     END IF;
+    RETURN now();
 END $$;
 
 -- The reaper's duty to external work, in small batches: reclaim expired

@@ -137,3 +137,4 @@ DROP INDEX IF EXISTS gd.instances_pick, gd.instances_claim;
 
 -- What 0.2 defines with another result type.
 DROP FUNCTION gd._key_limit(text);
+DROP FUNCTION gd._announce_due_external();   -- takes where its caller's last look ended

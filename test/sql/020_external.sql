@@ -203,6 +203,26 @@ SELECT gd._expire_leases() IS NOT DISTINCT FROM least(
        AS next_due;
 COMMIT;
 
+-- External work scheduled for later is announced when it comes due.  A look
+-- that finds none returns where it ended (the reaper's next look starts
+-- there) and leaves the table's mark; one that announces moves the mark and
+-- returns NULL (the next look starts from the mark, which a rollback takes
+-- back with the NOTIFY).
+BEGIN;
+SELECT (SELECT until FROM gd._external_due_announced) AS mark_before,
+       gd._announce_due_external(now() - interval '1 minute') AS looked_until \gset
+SELECT :'looked_until'::timestamptz = now() AS looked_until_now,
+       (SELECT until FROM gd._external_due_announced) = :'mark_before' AS mark_kept;
+SELECT gd_insert('xw', '{"n": "due"}', eligible_at => now() + interval '1 hour') AS due_id \gset
+UPDATE gd._instances SET eligible_at = now() - interval '30 seconds', updated_at = now() - interval '1 hour'
+ WHERE id = :due_id;
+-- Due 30 s ago: a look from now passes it by (the second of overlap is all it looks back) ...
+SELECT gd._announce_due_external(now()) IS NOT NULL AS passed_by;
+-- ... a look from before it announces it.
+SELECT gd._announce_due_external(now() - interval '1 minute') IS NULL AS announced;
+SELECT until = now() AS mark_moved FROM gd._external_due_announced;
+ROLLBACK;
+
 -- gd_complete_all: a batch of completions in one statement, one row per
 -- position in order.  A bad outcome anywhere completes none; a claim no
 -- longer owned, or named a second time, is stale.

@@ -1,8 +1,8 @@
 -- Each queue's frontier (src/frontier.cpp): picks and claims start at each
 -- priority's mark, not at the front of the index, so whatever makes a row
 -- runnable before a mark must lower it.  A row missed here would wait for the
--- next scan from the front (about a second later): each check below, made at
--- once, would see it missing.
+-- reaper's next look from the front (about a second later): each check below,
+-- made at once, would see it missing.
 -- Queue 'frontier' has no executors: its steps are external, claimed here.
 -- Runs alone too: what 001_setup creates comes from test/sql/include/setup.sql when missing.
 \set ECHO none
@@ -82,3 +82,21 @@ SELECT gd._execute('frontier_db', 10) AS ran_then_rolled_back;
 ROLLBACK;
 SELECT gd._execute('frontier_db', 10) AS ran;
 SELECT status AS again FROM gd.instances WHERE id = :again_id;
+
+-- What nothing announces — here a row made runnable again by hand, behind
+-- the mark a round raised past it — the reaper finds: its look from the
+-- front of each queue (about every second) lowers the mark to the row, and
+-- a round picks it.  Picks themselves no longer look from the front, so
+-- without that look the row would wait for ever.
+SELECT gd_insert('in_db', '{"n": "by hand"}') AS by_hand_id \gset
+SELECT gd._execute('frontier_db', 10) AS ran;
+UPDATE gd._instances SET status = 'runnable', finished_at = NULL, eligible_at = now() - interval '1 hour'
+ WHERE id = :by_hand_id;
+DO $$
+BEGIN
+    FOR attempt IN 1..100 LOOP
+        EXIT WHEN gd._execute('frontier_db', 10) > 0;
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+END $$;
+SELECT status AS by_hand_run_again, attempt FROM gd.instances WHERE id = :by_hand_id;
