@@ -537,31 +537,16 @@ GD_SQL_FUNCTION(gd_complete_all)
 
 namespace {
 
-/*
- * Where this process's scans for expired leases go on from: every claim
- * leaves an entry in the lease index, and while a long transaction holds
- * the horizon the entries of claims long completed stay, dead but not
- * removable, ahead of the live ones, so a scan from the front would visit
- * all of them every round.  A scan that finds none left expired moves the
- * mark to its own time; the scan goes back to the front every
- * LEASE_RESCAN_US, for a row it skipped (locked by its completion, which
- * rolled back) or a claim that committed after the mark passed its expiry.
- */
-TimestampTz lease_scan_from = DT_NOBEGIN;
-TimestampTz lease_scan_from_front_at = 0;
-constexpr int64 LEASE_RESCAN_US = 10 * USECS_PER_SEC;
+/* The reaper's scans for expired leases (rounds.hpp). */
+DeadlineScan lease_scan;
 
 /* Reclaim up to `batch` expired leases, the reaper's from its mark (`marked`), else from the front; returns how
  * many. */
 int reclaim_expired_leases(int batch, bool marked)
 {
     TimestampTz now = GetCurrentTimestamp();
-    if (marked && now - lease_scan_from_front_at >= LEASE_RESCAN_US) {
-        lease_scan_from = DT_NOBEGIN;
-        lease_scan_from_front_at = now;
-    }
     Datum args[3] = {Int32GetDatum(batch), TimestampTzGetDatum(now),
-                     TimestampTzGetDatum(marked ? lease_scan_from : DT_NOBEGIN)};
+                     TimestampTzGetDatum(marked ? lease_scan.from(now) : DT_NOBEGIN)};
     if (gd_run_kept(expired_plan,
                     "SELECT " CLAIMED_COLUMNS ", i.lease_expires_at FROM gd._instances i"
                     " WHERE i.status = " GD_STATUS(executing) " AND i.lease_expires_at < $2"
@@ -572,12 +557,13 @@ int reclaim_expired_leases(int batch, bool marked)
     /* Keep the rows: each transition runs statements of its own. */
     SPITupleTable *expired = SPI_tuptable;
     int count = static_cast<int>(SPI_processed);
-    if (marked && count < batch) {
-        lease_scan_from = now;
-    } else if (marked) {
+    if (marked) {
         bool isnull;
-        lease_scan_from = DatumGetTimestampTz(
-            SPI_getbinval(expired->vals[count - 1], expired->tupdesc, expired->tupdesc->natts, &isnull));
+        lease_scan.took(count, batch,
+                        count == 0 ? 0
+                                   : DatumGetTimestampTz(SPI_getbinval(expired->vals[count - 1], expired->tupdesc,
+                                                                       expired->tupdesc->natts, &isnull)),
+                        now);
     }
     for (int i = 0; i < count; i++)
         reclaim(read_claimed(expired->vals[i], expired->tupdesc));

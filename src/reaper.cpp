@@ -97,19 +97,25 @@ bool fire_schedules()
     return more;
 }
 
-/* Waits whose deadline passed resume with ctx.timed_out; returns how many.  A drain's: the scope's waits,
- * due by its now. */
+/* The reaper's scans for timed-out waits (rounds.hpp). */
+DeadlineScan wait_scan;
+
+/* Waits whose deadline passed resume with ctx.timed_out; returns how many.  The reaper's: from its mark.  A
+ * drain's: the scope's waits, due by its now. */
 int expire_waits(const DueScope *scope)
 {
     static SPIPlanPtr expired_plan = nullptr, scope_plan = nullptr;
     int result;
+    TimestampTz now = GetCurrentTimestamp();
     if (scope == nullptr) {
-        Datum args[1] = {Int32GetDatum(WAITS_PER_ROUND)};
+        Datum args[3] = {Int32GetDatum(WAITS_PER_ROUND), TimestampTzGetDatum(now),
+                         TimestampTzGetDatum(wait_scan.from(now))};
         result = gd_run_kept(expired_plan,
-                             "SELECT i.id FROM gd._instances i"
-                             " WHERE i.status = " GD_STATUS(awaiting_signal) " AND i.wait_deadline <= clock_timestamp()"
+                             "SELECT i.id, i.wait_deadline FROM gd._instances i"
+                             " WHERE i.status = " GD_STATUS(awaiting_signal) " AND i.wait_deadline <= $2"
+                             "   AND i.wait_deadline >= $3"
                              " ORDER BY i.wait_deadline LIMIT $1 FOR UPDATE SKIP LOCKED",
-                             {INT4OID}, args, false, 0);
+                             {INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}, args, false, 0);
     } else {
         Datum args[4] = {Int32GetDatum(WAITS_PER_ROUND), TimestampTzGetDatum(scope->now),
                          CStringGetTextDatum(scope->queue), ObjectIdGetDatum(scope->member)};
@@ -124,6 +130,12 @@ int expire_waits(const DueScope *scope)
         elog(ERROR, "gen_durable: looking up expired waits failed");
     SPITupleTable *expired = SPI_tuptable; /* kept: each resume runs statements of its own */
     int count = static_cast<int>(SPI_processed);
+    if (scope == nullptr) {
+        bool isnull;
+        wait_scan.took(count, WAITS_PER_ROUND,
+                       count == 0 ? 0 : DatumGetTimestampTz(SPI_getbinval(expired->vals[count - 1], expired->tupdesc, 2, &isnull)),
+                       now);
+    }
     Datum timed_out = DirectFunctionCall1(jsonb_in, CStringGetDatum("{\"timed_out\": true, \"signals\": []}"));
     for (int i = 0; i < count; i++) {
         bool isnull;
@@ -140,13 +152,20 @@ void run_duty(SPIPlanPtr &plan, const char *sql)
         elog(ERROR, "gen_durable: the reaper's %s failed", sql);
 }
 
-/* The earliest deadline of a timed wait or a schedule's tick; 0 when none. */
+/* The earliest deadline of a timed wait or a schedule's tick; 0 when none.  Only the waits due after the last
+ * scan for timed-out ones and before the reaper's next round anyway are looked at (under a held horizon the
+ * entries of waits that ended meanwhile are there too, dead). */
 TimestampTz next_deadline()
 {
     static SPIPlanPtr deadline_plan = nullptr;
-    run_duty(deadline_plan, "SELECT least((SELECT min(i.wait_deadline) FROM gd._instances i"
-                            "               WHERE i.status = " GD_STATUS(awaiting_signal) " AND i.wait_deadline IS NOT NULL),"
-                            "             gd._next_tick_due())");
+    Datum args[2] = {TimestampTzGetDatum(wait_scan.scanned_to), Float8GetDatum(gd_reaper_interval_ms / 1000.0)};
+    if (gd_run_kept(deadline_plan,
+                    "SELECT least((SELECT min(i.wait_deadline) FROM gd._instances i"
+                    "               WHERE i.status = " GD_STATUS(awaiting_signal) " AND i.wait_deadline > $1"
+                    "                 AND i.wait_deadline < $1 + make_interval(secs => $2)),"
+                    "             gd._next_tick_due())",
+                    {TIMESTAMPTZOID, FLOAT8OID}, args, false, 1) != SPI_OK_SELECT)
+        elog(ERROR, "gen_durable: looking up the reaper's next deadline failed");
     bool isnull;
     Datum deadline = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
     return isnull ? 0 : DatumGetTimestampTz(deadline);
