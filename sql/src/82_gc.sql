@@ -7,9 +7,9 @@
 -- instances went and the latest finished_at among them.  Their signals and
 -- step history go with them.  A child is kept
 -- while its parent is live (the parent's join reads it).  The collector
--- passes the previous batch's latest as `after`: the index entries before it
--- are of rows it deleted, which a held MVCC horizon keeps in the index, and
--- each batch would walk them all again.
+-- passes the previous batch's latest as `after` (src/gc.cpp): the index
+-- entries before it are of rows it deleted, which a held MVCC horizon keeps
+-- in the index, and each batch would walk them all again.
 CREATE INDEX IF NOT EXISTS instances_finished ON gd._instances (finished_at)
     WHERE status IN ('done', 'failed', 'cancelled');
 
