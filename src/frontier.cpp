@@ -262,7 +262,6 @@ int gd_frontiers_to_audit(FrontierAudit *out, int max)
         Lock lock(&f);
         if (!f.in_use || f.database != MyDatabaseId || now - f.audited_at < Max(AUDIT_INTERVAL_US, AUDIT_SHARE * f.audit_us))
             continue;
-        f.audited_at = now;
         bool listed = false;
         for (int j = 0; j < count && !listed; j++)
             listed = out[j].external == f.external && strcmp(out[j].queue, f.queue) == 0;

@@ -79,9 +79,10 @@ struct FrontierAudit {
     char queue[NAMEDATALEN];
     bool external;
 };
-/* This database's queues due for that look (up to max), each counted as looked at from now. */
+/* This database's queues due for that look (up to max). */
 int gd_frontiers_to_audit(FrontierAudit *out, int max);
-/* The look found these keys, the first row of each lane, in audit_us: lower the queue's marks to them. */
+/* The look found these keys, the first row of each lane, in audit_us: lower the queue's marks to them; the
+ * next look comes at least a second, and 20 × audit_us, later. */
 void gd_frontier_audited(const FrontierAudit &audit, const PickKey *firsts, int count, int64 audit_us);
 
 /* Rows of the queue at `key` or after may be runnable and unclaimed (nullptr: anywhere) — now, in shared

@@ -94,7 +94,7 @@ UPDATE gd._instances SET status = 'runnable', finished_at = NULL, eligible_at = 
  WHERE id = :by_hand_id;
 DO $$
 BEGIN
-    FOR attempt IN 1..100 LOOP
+    FOR attempt IN 1..300 LOOP
         EXIT WHEN gd._execute('frontier_db', 10) > 0;
         PERFORM pg_sleep(0.1);
     END LOOP;
