@@ -260,7 +260,8 @@ int gd_frontiers_to_audit(FrontierAudit *out, int max)
     for (int i = 0; i < GD_MAX_FRONTIERS && count < max; i++) {
         QueueFrontier &f = gd_shared->frontiers[i];
         Lock lock(&f);
-        if (!f.in_use || f.database != MyDatabaseId || now - f.audited_at < Max(AUDIT_INTERVAL_US, AUDIT_SHARE * f.audit_us))
+        if (!f.in_use || f.database != MyDatabaseId ||
+            !gd_interval_passed(f.audited_at, now, Max(AUDIT_INTERVAL_US, AUDIT_SHARE * f.audit_us)))
             continue;
         bool listed = false;
         for (int j = 0; j < count && !listed; j++)

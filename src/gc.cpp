@@ -40,7 +40,9 @@ long gd_gc_round(const char *database)
                                   types);
     }
     TimestampTz now = GetCurrentTimestamp();
-    bool from_front = swept_this_sweep == 0 && now - swept_from_front_at >= FRONT_SWEEP_SHARE * front_batch_us;
+    int64 started_us = gd_monotonic_us();
+    bool from_front =
+        swept_this_sweep == 0 && gd_interval_passed(swept_from_front_at, now, FRONT_SWEEP_SHARE * front_batch_us);
     if (from_front) {
         sweep_mark = DT_NOBEGIN;
         swept_from_front_at = now;
@@ -52,7 +54,7 @@ long gd_gc_round(const char *database)
     int swept = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
     Datum last_finished = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
     if (from_front)
-        front_batch_us = GetCurrentTimestamp() - now;
+        front_batch_us = gd_monotonic_us() - started_us;
     swept_this_sweep += swept;
     if (!isnull)
         sweep_mark = DatumGetTimestampTz(last_finished);

@@ -7,6 +7,7 @@
 extern "C" {
 #include "postgres.h"
 #include "port/atomics.h"
+#include "portability/instr_time.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "utils/array.h"
@@ -36,6 +37,21 @@ void gd_define_settings();
 /* Now, for what becomes due (steps, waits' deadlines, ticks) in this session's claims and drains:
  * gen_durable.now when a test set it, else the clock. */
 TimestampTz gd_session_now();
+
+/* Whether `interval_us` has passed between `since` and `now` on the wall clock.  A clock set back since counts
+ * as passed: a periodic look must not wait out the step. */
+inline bool gd_interval_passed(TimestampTz since, TimestampTz now, int64 interval_us)
+{
+    return now < since || now - since >= interval_us;
+}
+
+/* Microseconds on a clock that is never set (how long something took, whatever the wall clock did meanwhile). */
+inline int64 gd_monotonic_us()
+{
+    instr_time now;
+    INSTR_TIME_SET_CURRENT(now);
+    return static_cast<int64>(INSTR_TIME_GET_MICROSEC(now));
+}
 
 namespace gd {
 

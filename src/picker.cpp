@@ -422,10 +422,10 @@ void gd_audit_frontiers()
     FrontierAudit due[GD_MAX_FRONTIERS];
     int count = gd_frontiers_to_audit(due, GD_MAX_FRONTIERS);
     for (int i = 0; i < count; i++) {
-        TimestampTz started = GetCurrentTimestamp();
+        int64 started_us = gd_monotonic_us();
         PickKey *firsts;
         int found = first_rows(due[i].queue, due[i].external, &firsts);
-        gd_frontier_audited(due[i], firsts, found, GetCurrentTimestamp() - started);
+        gd_frontier_audited(due[i], firsts, found, gd_monotonic_us() - started_us);
         pfree(firsts);
     }
 }

@@ -175,9 +175,9 @@ TimestampTz next_deadline()
 
 long gd_reaper_round()
 {
-    if (fire_schedules())
-        return 0; /* a full batch may leave more: go again */
-    if (expire_waits(nullptr) > 0)
+    /* A full batch may leave more: go again.  Only a full one: a steady stream of timeouts must not put off
+     * the duties after them. */
+    if (fire_schedules() || expire_waits(nullptr) == WAITS_PER_ROUND)
         return 0;
     gd_resume_parents(0);
     static SPIPlanPtr repair_plan = nullptr;

@@ -37,7 +37,7 @@ struct DeadlineScan {
     /* The earliest deadline a scan up to `now` looks at. */
     TimestampTz from(TimestampTz now)
     {
-        if (now - from_front_at >= RESCAN_US) {
+        if (gd_interval_passed(from_front_at, now, RESCAN_US)) {
             mark = DT_NOBEGIN;
             from_front_at = now;
         }
